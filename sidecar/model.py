@@ -1,0 +1,202 @@
+"""Neutral types shared by dialects, guards, enforcement and telemetry.
+
+Dialects translate wire JSON into these; guards and policy only ever see these. Nothing here
+knows a wire format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+
+class Provider(StrEnum):
+    ANTHROPIC = "anthropic"
+    OPENAI = "openai"
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted keys, no whitespace, integral floats written as integers (1.0 == 1).
+
+    Used for replay keys and schema hashes, so equal values always give equal bytes.
+    """
+    return orjson.dumps(_normalise_numbers(value), option=orjson.OPT_SORT_KEYS)
+
+
+def _normalise_numbers(value: Any) -> Any:
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer():
+            return int(value)
+        return value
+    if isinstance(value, dict):
+        return {k: _normalise_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalise_numbers(v) for v in value]
+    return value
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDeclaration:
+    """A client tool as declared in a request (`input_schema` / `parameters`)."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str = ""
+    schema_hash: str = ""
+
+    @classmethod
+    def create(cls, name: str, schema: dict[str, Any] | None, description: str = "") -> ToolDeclaration:
+        schema = schema if isinstance(schema, dict) else {"type": "object"}
+        return cls(name, schema, description or "", sha256_hex(canonical_json(schema)))
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A complete client tool call made by the model.
+
+    `arguments` is None when the raw arguments are not a JSON object; `parse_error` says why.
+    `index` is the call's position among the tool calls of its message (0-based).
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any] | None
+    raw_arguments: str
+    index: int = 0
+    parse_error: str | None = None
+    truncated: bool = False
+
+    @property
+    def args_hash(self) -> str:
+        return sha256_hex(canonical_json(self.arguments)) if self.arguments is not None else ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A tool result the agent sends back, matched later to the call it answers."""
+
+    call_id: str
+    content: Any
+    is_error: bool = False
+    tool_name: str | None = None
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EchoedCall:
+    """A call the agent's request repeats from history (assistant turn), with its tool name."""
+
+    call_id: str
+    name: str
+    arguments: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One argument problem. `kind` is the metric label: type, required, unknown_property,
+    enum, format, range, other."""
+
+    field: str
+    problem: str
+    expected: str
+    kind: str = "other"
+
+    def to_json(self) -> dict[str, str]:
+        return {"field": self.field, "problem": self.problem, "expected": self.expected}
+
+
+class VerdictKind(StrEnum):
+    ALLOW = "allow"
+    REJECT = "reject"
+    DENY = "deny"
+    APPROVAL = "approval"
+    REPLAY = "replay"
+
+
+# Contract statuses of the structured error the model receives.
+STATUS_BY_KIND = {
+    VerdictKind.DENY: "denied",
+    VerdictKind.APPROVAL: "approval_required",
+    VerdictKind.REPLAY: "replayed",
+}
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What the guards decided about one call."""
+
+    kind: VerdictKind = VerdictKind.ALLOW
+    status: str | None = None
+    errors: list[FieldError] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    retryable: bool = True
+    # Extra keys merged into the payload the model receives (approval id, replayed result…).
+    details: dict[str, Any] = field(default_factory=dict)
+    # Set by a guard whose refusal is only observed (shadow / observe rollouts).
+    guard: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        return self.kind is VerdictKind.ALLOW
+
+    @classmethod
+    def allow(cls) -> Verdict:
+        return cls()
+
+    @classmethod
+    def reject(cls, status: str, errors: list[FieldError], guard: str = "") -> Verdict:
+        return cls(VerdictKind.REJECT, status, errors, guard=guard)
+
+    def model_payload(self) -> dict[str, Any]:
+        """The structured error given to the model (DESIGN.md contract)."""
+        status = self.status or STATUS_BY_KIND.get(self.kind, "invalid_arguments")
+        payload: dict[str, Any] = {"status": status}
+        if self.errors:
+            payload["errors"] = [e.to_json() for e in self.errors]
+        if self.reasons:
+            payload["reasons"] = list(self.reasons)
+        payload.update(self.details)
+        payload["retryable"] = self.retryable
+        return payload
+
+    def summary(self) -> str:
+        """One human line, used in block explanations and logs."""
+        status = self.status or STATUS_BY_KIND.get(self.kind, self.kind.value)
+        parts = [f"{e.field or '(arguments)'}: {e.problem}" for e in self.errors]
+        parts += self.reasons
+        return f"{status}: " + "; ".join(parts) if parts else status
+
+
+NOT_RUN_PAYLOAD: dict[str, Any] = {
+    "status": "not_run",
+    "reasons": [
+        "not run: another call in the same turn was refused; "
+        "re-issue all calls of this turn together once it is corrected"
+    ],
+    "retryable": True,
+}
+
+
+@dataclass(slots=True)
+class RequestView:
+    """What a dialect extracted from an agent's request."""
+
+    model: str = ""
+    stream: bool = False
+    declarations: dict[str, ToolDeclaration] = field(default_factory=dict)
+    results: list[ToolResult] = field(default_factory=list)
+    echoed_calls: list[EchoedCall] = field(default_factory=list)
+    session_hint: str | None = None
+    # Text used to derive a session id when no explicit hint exists.
+    session_seed: str = ""
+    previous_response_id: str | None = None
+    store: bool = True
