@@ -1,0 +1,409 @@
+"""Prometheus metrics (DESIGN.md "Metrics (contract)") and the per-tool status summary.
+
+One `Metrics` object per process, owning its own registry so tests and several apps in one
+process never collide on the global registry. Every label value is bounded: tool names go
+through `ToolLabels`, enumerated labels fall back to a catch-all value, so nothing a model or
+an agent sends can grow the number of series.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+
+OTHER = "other"
+
+# Buckets sized for what each histogram measures (seconds).
+POLICY_BUCKETS = (
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5,  # an OPA server at its 0.25 s timeout must still land in a bucket
+)  # fmt: skip
+TOOL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+OVERHEAD_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+)  # fmt: skip
+UPSTREAM_BUCKETS = (
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+
+VERDICTS = frozenset({"allow", "reject", "deny", "approval", "replay"})
+PROBLEMS = frozenset({"type", "required", "unknown_property", "enum", "format", "range", "other"})
+DECISIONS = ("allow", "deny", "approval", "error")
+OUTCOMES = frozenset({"ok", "error"})
+REPLAY_ACTIONS = frozenset({"allowed", "answered"})
+APPROVAL_OUTCOMES = ("approved", "denied", "expired")
+REPAIR_OUTCOMES = ("corrected", "exhausted")
+PROVIDERS = frozenset({"anthropic", "openai"})
+ENGINES = frozenset({"embedded", "opa"})
+
+# Longer names are not real tool names (providers cap them at 64-128 chars).
+_MAX_TOOL_NAME = 128
+_RESERVOIR = 1024
+
+
+def _bounded(value: object, allowed: Iterable[str], fallback: str = OTHER) -> str:
+    text = str(getattr(value, "value", value))
+    return text if text in allowed else fallback
+
+
+class ToolLabels:
+    """Maps tool names to `tool` label values: declared names up to `cap`, else "other".
+
+    Only `declare` (called for tools an agent's request declares) admits a name, so a model
+    inventing tool names can never create series. Admission is first come, first served, for
+    the process lifetime: a name once admitted keeps its series.
+    """
+
+    def __init__(self, cap: int = 200) -> None:
+        self.cap = cap
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+
+    def declare(self, name: str) -> str:
+        """Admit `name` if there is room; returns the label it will get."""
+        if name in self._names:
+            return name
+        if not name or len(name) > _MAX_TOOL_NAME or name == OTHER:
+            return OTHER
+        with self._lock:
+            if name not in self._names and len(self._names) < self.cap:
+                self._names.add(name)
+        return name if name in self._names else OTHER
+
+    def label(self, name: str | None) -> str:
+        # A set lookup is atomic under the GIL: no lock on the hot path.
+        return name if name is not None and name in self._names else OTHER
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+class _ToolStats:
+    """Bounded per-tool counters and a latency reservoir for /v1/status."""
+
+    __slots__ = ("durations", "errors", "ok", "rejections", "repairs", "replays", "verdicts")
+
+    def __init__(self) -> None:
+        self.verdicts: dict[str, int] = {}
+        self.ok = 0
+        self.errors = 0
+        self.replays = 0
+        self.repairs = 0
+        self.rejections = 0
+        self.durations: deque[float] = deque(maxlen=_RESERVOIR)
+
+
+def quantile(sorted_values: list[float], q: float) -> float | None:
+    """Linear-interpolated quantile of an already sorted list (None when empty)."""
+    if not sorted_values:
+        return None
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+class Metrics:
+    """All sidecar metrics, one method per event; every method is cheap and never raises."""
+
+    def __init__(self, tool_label_cap: int = 200, version: str | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.tools = ToolLabels(tool_label_cap)
+        self._started = time.time()
+        self._lock = threading.Lock()
+        self._stats: dict[str, _ToolStats] = {}
+        self._repairs = dict.fromkeys(REPAIR_OUTCOMES, 0)
+        self._approvals_pending = 0
+        self._anomaly_kinds: set[str] = set()
+        r = self.registry
+
+        # --- contract (DESIGN.md) ---
+        self.tool_calls = Counter(
+            "sidecar_tool_calls", "Tool calls made by the model, by guard verdict.",
+            ["tool", "provider", "verdict"], registry=r,
+        )  # fmt: skip
+        self.tool_call_duration = Histogram(
+            "sidecar_tool_call_duration_seconds",
+            "Time from a tool call reaching the agent to its result arriving.",
+            ["tool", "outcome"], buckets=TOOL_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.tool_results = Counter(
+            "sidecar_tool_results", "Tool results sent back by the agent.",
+            ["tool", "outcome"], registry=r,
+        )  # fmt: skip
+        self.tool_replays = Counter(
+            "sidecar_tool_replays", "Repeated identical calls: allowed, or answered from ledger.",
+            ["tool", "action"], registry=r,
+        )  # fmt: skip
+        self.argument_rejections = Counter(
+            "sidecar_argument_rejections", "Argument lockdown failures, one per field problem.",
+            ["tool", "problem"], registry=r,
+        )  # fmt: skip
+        self.policy_decisions = Counter(
+            "sidecar_policy_decisions", "Rego policy decisions.", ["decision"], registry=r,
+        )  # fmt: skip
+        self.policy_evaluation = Histogram(
+            "sidecar_policy_evaluation_seconds", "Rego policy evaluation time.",
+            ["engine"], buckets=POLICY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.approvals_pending_gauge = Gauge(
+            "sidecar_approvals_pending", "Approvals waiting for a human.", registry=r,
+        )  # fmt: skip
+        self.approvals = Counter(
+            "sidecar_approvals", "Approvals resolved, by outcome.", ["outcome"], registry=r,
+        )  # fmt: skip
+        self.repair_rounds = Counter(
+            "sidecar_repair_rounds", "Repair rounds sent to the model, by outcome.",
+            ["outcome"], registry=r,
+        )  # fmt: skip
+        self.upstream_duration = Histogram(
+            "sidecar_upstream_request_duration_seconds", "Upstream provider request time.",
+            ["provider", "status"], buckets=UPSTREAM_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.proxy_overhead = Histogram(
+            "sidecar_proxy_overhead_seconds", "Time spent in the sidecar itself per request.",
+            ["provider", "stream"], buckets=OVERHEAD_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.schema_changes = Counter(
+            "sidecar_tool_schema_changes", "A declared tool's schema changed within a session.",
+            ["tool"], registry=r,
+        )  # fmt: skip
+
+        # --- operational extras ---
+        self.rejection_log_errors = Counter(
+            "sidecar_rejection_log_errors", "Rejection log write failures (disk full, unwritable).",
+            registry=r,
+        )  # fmt: skip
+        self.rejection_log_dropped = Counter(
+            "sidecar_rejection_log_dropped", "Rejection log lines dropped: the queue was full.",
+            registry=r,
+        )  # fmt: skip
+        self.admin_unauthorized = Counter(
+            "sidecar_admin_unauthorized", "Admin API requests refused for a missing or bad token.",
+            registry=r,
+        )  # fmt: skip
+        self.policy_reload_errors = Counter(
+            "sidecar_policy_reload_errors", "Policy reloads that failed (previous policy kept).",
+            registry=r,
+        )  # fmt: skip
+        self.policy_reloads = Counter(
+            "sidecar_policy_reloads", "Policy reloads that succeeded.", registry=r,
+        )  # fmt: skip
+        self.tools_hidden = Counter(
+            "sidecar_tools_hidden", "Declared tools hidden from the model by the tool_list policy.",
+            ["tool"], registry=r,
+        )  # fmt: skip
+        self.tool_result_anomalies = Counter(
+            "sidecar_tool_result_anomalies", "Anomalies found in tool results, by kind.",
+            ["kind"], registry=r,
+        )  # fmt: skip
+        self.state_errors = Counter(
+            "sidecar_state_errors", "State backend operations that failed.", ["backend"],
+            registry=r,
+        )  # fmt: skip
+        self.build = Info("sidecar_build", "Sidecar version.", registry=r)
+        self.build.info({"version": version or "unknown"})
+
+        # Zero series for small enumerations, so rate() and alerts work before the first event.
+        for decision in DECISIONS:
+            self.policy_decisions.labels(decision)
+        for outcome in APPROVAL_OUTCOMES:
+            self.approvals.labels(outcome)
+        for outcome in REPAIR_OUTCOMES:
+            self.repair_rounds.labels(outcome)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _tool_stats(self, label: str) -> _ToolStats:
+        stats = self._stats.get(label)
+        if stats is None:
+            stats = self._stats.setdefault(label, _ToolStats())
+        return stats
+
+    def declare_tool(self, name: str) -> str:
+        """Admit a tool name a request declared; returns its label."""
+        return self.tools.declare(name)
+
+    # ---------------------------------------------------------------- contract events
+
+    def tool_call(self, tool: str, provider: str, verdict: str) -> None:
+        """A complete tool call was judged. verdict: allow, reject, deny, approval, replay."""
+        label = self.tools.label(tool)
+        verdict_label = _bounded(verdict, VERDICTS)
+        self.tool_calls.labels(label, _bounded(provider, PROVIDERS), verdict_label).inc()
+        with self._lock:
+            verdicts = self._tool_stats(label).verdicts
+            verdicts[verdict_label] = verdicts.get(verdict_label, 0) + 1
+
+    def argument_rejection(self, tool: str, problem: str) -> None:
+        """One field failed lockdown. problem: a FieldError.kind."""
+        label = self.tools.label(tool)
+        self.argument_rejections.labels(label, _bounded(problem, PROBLEMS)).inc()
+        with self._lock:
+            self._tool_stats(label).rejections += 1
+
+    def policy_decision(self, decision: str, engine: str, seconds: float | None = None) -> None:
+        """A policy evaluation finished. decision: allow, deny, approval, error."""
+        self.policy_decisions.labels(_bounded(decision, DECISIONS, "error")).inc()
+        if seconds is not None:
+            self.policy_evaluation.labels(_bounded(engine, ENGINES)).observe(seconds)
+
+    def tool_result(self, tool: str, outcome: str, seconds: float | None = None) -> None:
+        """A tool result arrived. outcome: ok or error; seconds None when the call is unknown."""
+        label = self.tools.label(tool)
+        outcome_label = _bounded(outcome, OUTCOMES, "error")
+        self.tool_results.labels(label, outcome_label).inc()
+        if seconds is not None and seconds >= 0:
+            self.tool_call_duration.labels(label, outcome_label).observe(seconds)
+        with self._lock:
+            stats = self._tool_stats(label)
+            if outcome_label == "ok":
+                stats.ok += 1
+            else:
+                stats.errors += 1
+            if seconds is not None and seconds >= 0:
+                stats.durations.append(seconds)
+
+    def replay(self, tool: str, action: str) -> None:
+        """An identical call was seen again. action: allowed or answered (from the ledger)."""
+        label = self.tools.label(tool)
+        self.tool_replays.labels(label, _bounded(action, REPLAY_ACTIONS)).inc()
+        with self._lock:
+            self._tool_stats(label).replays += 1
+
+    def repair_round(self, outcome: str, tools: Iterable[str] = ()) -> None:
+        """A repair round ended. outcome: corrected or exhausted; tools: the refused calls'."""
+        outcome_label = _bounded(outcome, REPAIR_OUTCOMES)
+        self.repair_rounds.labels(outcome_label).inc()
+        with self._lock:
+            self._repairs[outcome_label] = self._repairs.get(outcome_label, 0) + 1
+            for tool in tools:
+                self._tool_stats(self.tools.label(tool)).repairs += 1
+
+    def upstream(self, provider: str, status: int | str | None, seconds: float) -> None:
+        """An upstream request finished; status None (or non-HTTP) for a transport error."""
+        self.upstream_duration.labels(_bounded(provider, PROVIDERS), _status(status)).observe(
+            seconds
+        )
+
+    def overhead(self, provider: str, stream: bool, seconds: float) -> None:
+        """Time the sidecar itself added to one request (parsing, guards, rewriting)."""
+        self.proxy_overhead.labels(
+            _bounded(provider, PROVIDERS), "true" if stream else "false"
+        ).observe(seconds)
+
+    def schema_change(self, tool: str) -> None:
+        self.schema_changes.labels(self.tools.label(tool)).inc()
+
+    def approvals_pending(self, n: int) -> None:
+        self._approvals_pending = n
+        self.approvals_pending_gauge.set(n)
+
+    def approval(self, outcome: str) -> None:
+        """An approval was resolved. outcome: approved, denied, expired."""
+        self.approvals.labels(_bounded(outcome, APPROVAL_OUTCOMES)).inc()
+
+    # ---------------------------------------------------------------- operational events
+
+    def rejection_log_error(self, _exc: BaseException | None = None) -> None:
+        self.rejection_log_errors.inc()
+
+    def rejection_log_drop(self) -> None:
+        self.rejection_log_dropped.inc()
+
+    def admin_unauthorized_request(self) -> None:
+        self.admin_unauthorized.inc()
+
+    def policy_reload(self, ok: bool) -> None:
+        (self.policy_reloads if ok else self.policy_reload_errors).inc()
+
+    def tool_hidden(self, tool: str) -> None:
+        self.tools_hidden.labels(self.tools.label(tool)).inc()
+
+    def tool_result_anomaly(self, kind: str) -> None:
+        """Anomaly kinds come from code, but cap them anyway (32 distinct, then other)."""
+        if kind not in self._anomaly_kinds:
+            with self._lock:
+                if len(self._anomaly_kinds) < 32 and len(kind) <= 64:
+                    self._anomaly_kinds.add(kind)
+        self.tool_result_anomalies.labels(kind if kind in self._anomaly_kinds else OTHER).inc()
+
+    def state_error(self, backend: str) -> None:
+        self.state_errors.labels(_bounded(backend, {"memory", "sqlite", "redis"})).inc()
+
+    # ---------------------------------------------------------------- exposition
+
+    def render(self, accept_header: str | None = None) -> tuple[bytes, str]:
+        """Body and content type for /metrics: OpenMetrics when the scraper asks for it."""
+        encoder, content_type = choose_encoder(accept_header or "")
+        if content_type.startswith("application/openmetrics-text"):
+            return encoder(self.registry), content_type
+        # In the text format `_created` samples become separate gauge series that double the
+        # series count and no dashboard uses; OpenMetrics carries them natively, so keep them there.
+        return encoder(_WithoutCreated(self.registry)), content_type
+
+    def status_summary(self) -> dict[str, Any]:
+        """Per-tool view for /v1/status: calls by verdict, latency quantiles, error rate."""
+        with self._lock:
+            items = [
+                (name, dict(s.verdicts), s.ok, s.errors, s.replays, s.repairs, s.rejections,
+                 sorted(s.durations))
+                for name, s in self._stats.items()
+            ]  # fmt: skip
+            repairs = dict(self._repairs)
+        tools: dict[str, Any] = {}
+        for name, verdicts, ok, errors, replays, repairs_n, rejections, durations in sorted(items):
+            results = ok + errors
+            tools[name] = {
+                "calls": sum(verdicts.values()),
+                "calls_by_verdict": verdicts,
+                "results": {"ok": ok, "error": errors},
+                "error_rate": errors / results if results else None,
+                "latency_seconds": {
+                    "p50": quantile(durations, 0.50),
+                    "p95": quantile(durations, 0.95),
+                    "samples": len(durations),
+                },
+                "argument_rejections": rejections,
+                "replays": replays,
+                "repairs": repairs_n,
+            }
+        return {
+            "uptime_seconds": round(time.time() - self._started, 3),
+            "tools": tools,
+            "tool_labels": {"declared": len(self.tools), "cap": self.tools.cap},
+            "repair_rounds": repairs,
+            "approvals_pending": self._approvals_pending,
+        }
+
+    snapshot = status_summary
+
+
+class _WithoutCreated:
+    """A collector view of a registry without `*_created` samples."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield metric
+
+
+def _status(status: int | str | None) -> str:
+    if isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599:
+        return str(status)
+    if isinstance(status, str) and status.isdigit() and 100 <= int(status) <= 599:
+        return status
+    return "error"

@@ -1,0 +1,121 @@
+"""Credential redaction for everything the sidecar writes down (logs, rejection log, approvals).
+
+Two independent nets, because either alone leaks: a secret under an innocuous key
+(`{"cmd": "curl -H 'Authorization: Bearer …'"}`) is caught by its shape, and a secret with no
+recognisable shape (`{"password": "hunter2"}`) is caught by its key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+# Same list as RejectionLogSettings.redact_keys' default, for callers without settings.
+DEFAULT_KEY_PATTERNS: tuple[str, ...] = (
+    "password",
+    "secret",
+    "token",
+    "api_key",
+    "authorization",
+    "credential",
+)
+
+# Deeper than this is not a real payload; redact the rest rather than recurse unboundedly.
+_MAX_DEPTH = 64
+
+_CREDENTIAL_SHAPES = [
+    # PEM private keys; an unterminated block (truncated payload) is redacted to the end.
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|.*\Z)",
+    # HTTP bearer tokens, with the scheme word so the result reads "Authorization: [REDACTED]".
+    r"(?i:\bbearer)\s+[A-Za-z0-9\-._~+/]{8,}=*",
+    # JWTs (header.payload.signature, the signature may be empty for alg=none).
+    r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*",
+    # OpenAI / Anthropic keys: sk-…, sk-proj-…, sk-ant-api03-…
+    r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{16,}",
+    # AWS access key ids (long-lived and STS).
+    r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b",
+    # GitHub and Slack tokens: cheap to add, common in agent tool arguments.
+    r"\bgh[pousr]_[A-Za-z0-9]{30,}",
+    r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
+    # user:password@ in URLs.
+    r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)",
+]
+_CREDENTIAL_RE = re.compile("|".join(f"(?:{p})" for p in _CREDENTIAL_SHAPES), re.DOTALL)
+
+
+def redact_text(text: str) -> str:
+    """Replace every credential-shaped substring of `text` by [REDACTED]."""
+    if len(text) < 8:
+        return text
+    return _CREDENTIAL_RE.sub(REDACTED, text)
+
+
+def _norm_key(key: str) -> str:
+    # "X-Api-Key", "api_key", "apiKey" and "API KEY" must all match the pattern "api_key".
+    return key.lower().replace("-", "").replace("_", "").replace(" ", "").replace(".", "")
+
+
+class KeyMatcher:
+    """Case-insensitive substring match of a key against patterns, ignoring - _ . and spaces."""
+
+    __slots__ = ("_patterns",)
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self._patterns = tuple(p for p in (_norm_key(x) for x in patterns) if p)
+
+    def __call__(self, key: str) -> bool:
+        norm = _norm_key(key)
+        return any(p in norm for p in self._patterns)
+
+
+_matchers: dict[tuple[str, ...], KeyMatcher] = {}
+
+
+def key_matcher(patterns: Iterable[str]) -> KeyMatcher:
+    """A cached matcher: redaction runs per log line, the pattern list almost never changes."""
+    key = tuple(patterns)
+    matcher = _matchers.get(key)
+    if matcher is None:
+        if len(_matchers) > 64:
+            _matchers.clear()
+        matcher = _matchers[key] = KeyMatcher(key)
+    return matcher
+
+
+def _sensitive_value(key: str, value: Any) -> bool:
+    # Nothing to hide in null/bool, and token *counts* (max_tokens, input_tokens) are not tokens.
+    if value is None or isinstance(value, bool):
+        return False
+    return not (isinstance(value, int) and key.lower().endswith("tokens"))
+
+
+def redact(value: Any, key_patterns: Iterable[str] | KeyMatcher = DEFAULT_KEY_PATTERNS) -> Any:
+    """A redacted copy of a JSON-like value (the input is never mutated).
+
+    Values under matching keys become [REDACTED] whole, whatever their type; credential-shaped
+    substrings of any string (keys included) are replaced wherever they are.
+    """
+    matcher = key_patterns if isinstance(key_patterns, KeyMatcher) else key_matcher(key_patterns)
+    return _redact(value, matcher, 0)
+
+
+def _redact(value: Any, matcher: KeyMatcher, depth: int) -> Any:
+    if isinstance(value, str):
+        return redact_text(value)
+    if depth >= _MAX_DEPTH and isinstance(value, (Mapping, list, tuple)):
+        return REDACTED
+    if isinstance(value, Mapping):
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            skey = k if isinstance(k, str) else str(k)
+            if matcher(skey) and _sensitive_value(skey, v):
+                out[redact_text(skey) if isinstance(k, str) else k] = REDACTED
+            else:
+                out[redact_text(skey) if isinstance(k, str) else k] = _redact(v, matcher, depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_redact(v, matcher, depth + 1) for v in value]
+    return value
