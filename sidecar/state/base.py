@@ -1,0 +1,259 @@
+"""The state interface shared by the memory, SQLite and Redis backends.
+
+Everything a backend does not have to do differently lives here: the records, the errors,
+the ledger limits (TTL, truncation) and the approval state machine. A backend only decides
+how to store and how to make the compare-and-set steps atomic.
+
+Ledger semantics, identical in every backend:
+
+- A call is remembered from `record_call` until `delivered_at + ledger_ttl_s` (the replay
+  window counts from the original delivery; touching an entry does not extend it).
+- Entries are bounded per session and in total. Writes (`record_call`, `note_replay`,
+  `record_result`) mark an entry as recently used; reads do not. Over a bound, the least
+  recently used entries go first.
+- The replay index points at the *first* delivery of a replay key; its `count` is the
+  number of times that key was seen: each `record_call` with the key (delivered) and each
+  `note_replay` (answered or refused without reaching the agent) adds one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import orjson
+
+from sidecar.config import StateSettings
+
+ApprovalStatus = Literal["pending", "approved", "denied", "expired", "consumed"]
+Decision = Literal["approved", "denied"]
+Clock = Callable[[], float]
+
+
+class StateUnavailable(Exception):
+    """The backend cannot be reached; the caller applies `state.on_unavailable`."""
+
+
+class ApprovalNotFound(KeyError):
+    """No approval with this id (never created, or forgotten after its retention)."""
+
+
+class ApprovalConflict(Exception):
+    """The approval is no longer pending; `status` says what it is instead."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """A tool call that reached the agent, and later the result the agent sent back."""
+
+    session: str
+    call_id: str
+    tool: str
+    args_hash: str
+    replay_key: str
+    delivered_at: float
+    result: str | None = None
+    result_is_error: bool | None = None
+    result_at: float | None = None
+    result_truncated: bool = False
+    count: int = 1
+
+    @property
+    def first_seen(self) -> float:
+        return self.delivered_at
+
+
+@dataclass(slots=True)
+class Approval:
+    """A human approval for one exact call (session, tool, arguments).
+
+    `arguments` are already redacted by the caller. `expires` bounds both the wait for a
+    human and the time an approved call may be re-issued and consumed.
+    """
+
+    id: str
+    session: str
+    tool: str
+    arguments: dict[str, Any]
+    args_hash: str
+    group: str
+    reasons: list[str]
+    created: float
+    expires: float
+    status: ApprovalStatus = "pending"
+    decided_by: str | None = None
+    comment: str | None = None
+    decided_at: float | None = None
+
+    def effective(self, now: float) -> Approval:
+        """A pending approval past `expires` reads as expired (lazily, without a write)."""
+        if self.status == "pending" and now >= self.expires:
+            return replace(self, status="expired")
+        return self
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Approval:
+        return cls(**orjson.loads(data))
+
+
+def check_decidable(a: Approval | None, approval_id: str, now: float) -> Approval:
+    """The precondition of `decide_approval`, shared so every backend raises the same way."""
+    if a is None:
+        raise ApprovalNotFound(approval_id)
+    status = a.effective(now).status
+    if status != "pending":
+        raise ApprovalConflict(status)
+    return a
+
+
+def decided(
+    a: Approval, status: Decision, decided_by: str, comment: str | None, now: float
+) -> Approval:
+    return replace(a, status=status, decided_by=decided_by, comment=comment, decided_at=now)
+
+
+def consumable(a: Approval | None, now: float) -> bool:
+    return a is not None and a.status == "approved" and now < a.expires
+
+
+def matches(
+    a: Approval, status: str | None, group: str | None, tool: str | None, session: str | None
+) -> bool:
+    return (
+        (status is None or a.status == status)
+        and (group is None or a.group == group)
+        and (tool is None or a.tool == tool)
+        and (session is None or a.session == session)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The ledger bounds from `StateSettings`, plus the clock (injectable for tests)."""
+
+    ttl_s: float = 24 * 3600
+    max_per_session: int = 1000
+    max_total: int = 100_000
+    max_result_bytes: int = 4096
+    clock: Clock = field(default=time.time, compare=False)
+
+    @classmethod
+    def from_settings(cls, s: StateSettings, clock: Clock = time.time) -> Limits:
+        return cls(s.ledger_ttl_s, s.max_entries_per_session, s.max_entries_total,
+                   s.max_result_bytes, clock)
+
+    def expires_at(self, rec: CallRecord) -> float:
+        return rec.delivered_at + self.ttl_s
+
+    def alive(self, rec: CallRecord, now: float | None = None) -> bool:
+        return (self.clock() if now is None else now) < self.expires_at(rec)
+
+    def truncate(self, result: str) -> tuple[str, bool]:
+        """Cut to `max_result_bytes` of UTF-8 without splitting a character."""
+        raw = result.encode()
+        if len(raw) <= self.max_result_bytes:
+            return result, False
+        return raw[: self.max_result_bytes].decode("utf-8", "ignore"), True
+
+
+def approval_retention(a: Approval, limits: Limits) -> float:
+    """When a stored approval may be forgotten: one ledger TTL after it could last be used."""
+    return a.expires + limits.ttl_s
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Session ledger, replay index, approvals and the Responses API memo.
+
+    Every method may raise StateUnavailable (only Redis does in practice).
+    """
+
+    name: str
+    limits: Limits
+
+    # Ledger
+    async def record_call(self, rec: CallRecord) -> None:
+        """A call reached the agent."""
+        ...
+
+    async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:
+        """The first live delivery of this replay key, with its count."""
+        ...
+
+    async def note_replay(self, session: str, replay_key: str) -> int:
+        """A replay seen but not delivered: add one to the key's count (0 if unknown)."""
+        ...
+
+    async def get_call(self, session: str, call_id: str) -> CallRecord | None:
+        """The call a result answers."""
+        ...
+
+    async def record_result(
+        self, session: str, call_id: str, result: str, is_error: bool, at: float
+    ) -> bool:
+        """Remember a call's result; False if the call is unknown or already has one."""
+        ...
+
+    async def session_counts(self, session: str) -> tuple[int, dict[str, int]]:
+        """(calls_total, calls_by_tool) delivered in the session within the TTL."""
+        ...
+
+    # Approvals
+    async def create_approval(self, a: Approval) -> None: ...
+
+    async def get_approval(self, approval_id: str) -> Approval | None: ...
+
+    async def list_approvals(
+        self,
+        status: str | None = "pending",
+        group: str | None = None,
+        tool: str | None = None,
+        session: str | None = None,
+    ) -> list[Approval]:
+        """Oldest first; statuses as `get_approval` reports them (lazy expiry)."""
+        ...
+
+    async def decide_approval(
+        self, approval_id: str, status: Decision, decided_by: str, comment: str | None, now: float
+    ) -> Approval:
+        """Atomic pending → approved/denied; ApprovalConflict or ApprovalNotFound otherwise."""
+        ...
+
+    async def find_approval(self, session: str, tool: str, args_hash: str) -> Approval | None:
+        """The newest approval for this exact call."""
+        ...
+
+    async def consume_approval(self, approval_id: str, now: float) -> bool:
+        """Atomic approved → consumed, so one approval lets exactly one call through."""
+        ...
+
+    async def expire_approvals(self, now: float) -> list[Approval]:
+        """Pending past `expires` → expired; each is returned by exactly one caller."""
+        ...
+
+    # Responses API: calls the provider remembers but the agent never saw
+    async def remember_withheld(self, response_id: str, outputs: Mapping[str, str]) -> None: ...
+
+    async def withheld_for(self, response_id: str) -> dict[str, str]: ...
+
+    async def healthy(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+def may_proceed_without_state(on_unavailable: str, side_effects: bool) -> bool:
+    """What the caller does when the store raised StateUnavailable.
+
+    `fail_open` lets every call through unchecked; `fail_closed` still lets tools without
+    side effects through (a missed replay of a read is harmless) and refuses the rest.
+    """
+    return on_unavailable == "fail_open" or not side_effects

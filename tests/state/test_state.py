@@ -1,0 +1,253 @@
+"""The state contract, run identically against memory, SQLite and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from sidecar.model import canonical_json, sha256_hex
+from sidecar.state import (
+    Approval,
+    ApprovalConflict,
+    ApprovalNotFound,
+    CallRecord,
+    StateStore,
+)
+from tests.state.conftest import MakeStore
+
+
+def call(
+    call_id: str, args: dict[str, object] | None = None, *, session: str = "s1",
+    tool: str = "transfer", at: float | None = None,
+) -> CallRecord:
+    args = {"amount": 10} if args is None else args
+    args_hash = sha256_hex(canonical_json(args))
+    key = sha256_hex(f"{session}|{tool}|".encode() + canonical_json(args))
+    return CallRecord(session, call_id, tool, args_hash, key, time.time() if at is None else at)
+
+
+def approval(
+    approval_id: str, *, session: str = "s1", tool: str = "transfer", args_hash: str = "h1",
+    group: str = "finance", created: float | None = None, ttl: float = 60.0,
+) -> Approval:
+    created = time.time() if created is None else created
+    return Approval(approval_id, session, tool, {"amount": 10, "note": []}, args_hash, group,
+                    ["amount over limit"], created, created + ttl)
+
+
+# -- ledger ------------------------------------------------------------------------------------
+
+
+async def test_replay_found_and_counted(store: StateStore) -> None:
+    first = call("c1")
+    await store.record_call(first)
+    assert await store.find_replay("s1", call("x", {"amount": 11}).replay_key) is None
+    assert await store.find_replay("s2", first.replay_key) is None  # scoped by session
+
+    found = await store.find_replay("s1", first.replay_key)
+    assert found is not None
+    assert (found.call_id, found.count, found.first_seen) == ("c1", 1, first.delivered_at)
+
+    assert await store.note_replay("s1", first.replay_key) == 2  # answered from the ledger
+    await store.record_call(call("c2"))  # a repeat that was allowed through
+    found = await store.find_replay("s1", first.replay_key)
+    assert found is not None and (found.call_id, found.count) == ("c1", 3)
+    assert await store.note_replay("s1", "unknown") == 0
+
+
+async def test_result_matching_and_duplicates(store: StateStore) -> None:
+    await store.record_call(call("c1"))
+    assert await store.get_call("s1", "nope") is None
+    assert await store.get_call("s2", "c1") is None
+    assert await store.record_result("s1", "c1", '{"ok": true}', False, 5.0)
+    assert not await store.record_result("s1", "c1", "again", True, 6.0)  # duplicate result
+    assert not await store.record_result("s1", "unknown", "x", False, 6.0)
+    rec = await store.get_call("s1", "c1")
+    assert rec is not None
+    assert (rec.result, rec.result_is_error, rec.result_at, rec.result_truncated) == (
+        '{"ok": true}', False, 5.0, False)
+    replay = await store.find_replay("s1", rec.replay_key)
+    assert replay is not None and replay.result == '{"ok": true}'
+
+
+async def test_result_truncated_on_character_boundary(make_store: MakeStore) -> None:
+    store = await make_store(max_result_bytes=5)
+    await store.record_call(call("c1"))
+    assert await store.record_result("s1", "c1", "abcdé€xyz", True, 1.0)
+    rec = await store.get_call("s1", "c1")
+    assert rec is not None
+    assert (rec.result, rec.result_truncated, rec.result_is_error) == ("abcd", True, True)
+
+
+async def test_ttl_expiry(make_store: MakeStore) -> None:
+    store = await make_store(ttl_s=0.3)
+    old = call("old", {"n": 1}, at=time.time() - 1)  # delivered before the window
+    await store.record_call(old)
+    assert await store.find_replay("s1", old.replay_key) is None
+    assert await store.get_call("s1", "old") is None
+
+    fresh = call("fresh", {"n": 2})
+    await store.record_call(fresh)
+    assert await store.find_replay("s1", fresh.replay_key) is not None
+    assert (await store.session_counts("s1"))[0] >= 1
+    await asyncio.sleep(0.4)
+    assert await store.find_replay("s1", fresh.replay_key) is None
+    assert await store.get_call("s1", "fresh") is None
+    assert not await store.record_result("s1", "fresh", "late", False, 1.0)
+    assert await store.session_counts("s1") == (0, {})
+    # after expiry the same call starts a new replay window
+    again = call("again", {"n": 2})
+    await store.record_call(again)
+    found = await store.find_replay("s1", again.replay_key)
+    assert found is not None and (found.call_id, found.count) == ("again", 1)
+
+
+async def test_lru_per_session(make_store: MakeStore) -> None:
+    store = await make_store(max_per_session=3)
+    for i in range(3):
+        await store.record_call(call(f"c{i}", {"i": i}))
+    await store.note_replay("s1", call("c0", {"i": 0}).replay_key)  # c0 becomes recent
+    await store.record_call(call("c3", {"i": 3}))  # evicts c1, the least recently used
+    await store.record_call(call("other", session="s2"))  # another session is unaffected
+    assert await store.get_call("s1", "c1") is None
+    assert await store.find_replay("s1", call("c1", {"i": 1}).replay_key) is None
+    for kept in ("c0", "c2", "c3"):
+        assert await store.get_call("s1", kept) is not None
+    assert await store.get_call("s2", "other") is not None
+
+
+async def test_lru_total(make_store: MakeStore) -> None:
+    store = await make_store(max_total=4)
+    for session in ("a", "b", "c"):
+        for i in range(2):
+            await store.record_call(call(f"{session}{i}", {"i": i}, session=session))
+    remaining = {cid for s, cid in [("a", "a0"), ("a", "a1"), ("b", "b0"), ("b", "b1"),
+                                      ("c", "c0"), ("c", "c1")]
+                 if await store.get_call(s, cid) is not None}
+    assert remaining == {"b0", "b1", "c0", "c1"}
+
+
+async def test_session_counts(store: StateStore) -> None:
+    assert await store.session_counts("s1") == (0, {})
+    await store.record_call(call("c1", {"a": 1}))
+    await store.record_call(call("c2", {"a": 2}))
+    await store.record_call(call("c3", tool="search"))
+    await store.record_call(call("c4", session="s2"))
+    assert await store.session_counts("s1") == (3, {"transfer": 2, "search": 1})
+    assert await store.session_counts("s2") == (1, {"transfer": 1})
+
+
+async def test_withheld_memo(store: StateStore) -> None:
+    assert await store.withheld_for("resp_1") == {}
+    await store.remember_withheld("resp_1", {"fc_1": '{"status":"denied"}', "fc_2": "not run"})
+    assert await store.withheld_for("resp_1") == {"fc_1": '{"status":"denied"}',
+                                                   "fc_2": "not run"}
+
+
+async def test_healthy(store: StateStore) -> None:
+    assert await store.healthy()
+
+
+# -- approvals ---------------------------------------------------------------------------------
+
+
+async def test_approval_create_get_list_filters(store: StateStore) -> None:
+    now = time.time()
+    await store.create_approval(approval("a1", created=now))
+    await store.create_approval(approval("a2", created=now + 1, group="ops", tool="deploy"))
+    await store.create_approval(approval("a3", created=now + 2, session="s2"))
+    got = await store.get_approval("a1")
+    assert got == approval("a1", created=now)
+    assert await store.get_approval("missing") is None
+    assert [a.id for a in await store.list_approvals()] == ["a1", "a2", "a3"]
+    assert [a.id for a in await store.list_approvals(group="ops")] == ["a2"]
+    assert [a.id for a in await store.list_approvals(tool="transfer")] == ["a1", "a3"]
+    assert [a.id for a in await store.list_approvals(session="s2")] == ["a3"]
+    await store.decide_approval("a1", "approved", "alice", "ok", now)
+    assert [a.id for a in await store.list_approvals()] == ["a2", "a3"]
+    assert [a.id for a in await store.list_approvals(status="approved")] == ["a1"]
+    assert len(await store.list_approvals(status=None)) == 3
+
+
+async def test_decide_and_conflict(store: StateStore) -> None:
+    now = time.time()
+    await store.create_approval(approval("a1", created=now))
+    d = await store.decide_approval("a1", "denied", "bob", "too much", now + 1)
+    assert (d.status, d.decided_by, d.comment, d.decided_at) == ("denied", "bob", "too much",
+                                                                 now + 1)
+    assert await store.get_approval("a1") == d
+    with pytest.raises(ApprovalConflict) as err:
+        await store.decide_approval("a1", "approved", "alice", None, now + 2)
+    assert err.value.status == "denied"
+    with pytest.raises(ApprovalNotFound):
+        await store.decide_approval("nope", "approved", "alice", None, now)
+
+
+async def test_concurrent_approve_and_deny_exactly_one_wins(make_store: MakeStore) -> None:
+    first, second = await make_store(), await make_store()  # two instances, one backing store
+    now = time.time()
+    for i in range(5):
+        await first.create_approval(approval(f"race{i}", created=now))
+        results = await asyncio.gather(
+            first.decide_approval(f"race{i}", "approved", "alice", None, now),
+            second.decide_approval(f"race{i}", "denied", "bob", None, now),
+            first.decide_approval(f"race{i}", "denied", "carol", None, now),
+            return_exceptions=True,
+        )
+        winners = [r for r in results if isinstance(r, Approval)]
+        losers = [r for r in results if isinstance(r, ApprovalConflict)]
+        assert len(winners) == 1 and len(losers) == 2, results
+        stored = await second.get_approval(f"race{i}")
+        assert stored is not None and stored.status == winners[0].status
+
+
+async def test_expiry_is_lazy_then_swept_once(make_store: MakeStore) -> None:
+    store, other = await make_store(), await make_store()
+    now = time.time()
+    await store.create_approval(approval("old", created=now - 10, ttl=5))
+    await store.create_approval(approval("live", created=now, ttl=60, args_hash="h2"))
+    old = await store.get_approval("old")
+    assert old is not None and old.status == "expired"
+    found = await store.find_approval("s1", "transfer", "h1")
+    assert found is not None and found.status == "expired"
+    assert [a.id for a in await store.list_approvals()] == ["live"]
+    assert [a.id for a in await store.list_approvals(status="expired")] == ["old"]
+    with pytest.raises(ApprovalConflict) as err:
+        await store.decide_approval("old", "approved", "alice", None, now)
+    assert err.value.status == "expired"
+
+    swept = await asyncio.gather(store.expire_approvals(now), other.expire_approvals(now))
+    assert sorted(a.id for batch in swept for a in batch) == ["old"]  # reported exactly once
+    assert await store.expire_approvals(now) == []
+    stored = await other.get_approval("old")
+    assert stored is not None and stored.status == "expired"
+
+
+async def test_find_newest_and_consume_once(make_store: MakeStore) -> None:
+    store, other = await make_store(), await make_store()
+    now = time.time()
+    assert await store.find_approval("s1", "transfer", "h1") is None
+    await store.create_approval(approval("older", created=now - 1))
+    await store.create_approval(approval("newer", created=now))
+    found = await store.find_approval("s1", "transfer", "h1")
+    assert found is not None and found.id == "newer"
+    assert await store.find_approval("s1", "transfer", "other-args") is None
+
+    assert not await store.consume_approval("newer", now)  # still pending
+    await store.decide_approval("newer", "approved", "alice", None, now)
+    results = await asyncio.gather(*(s.consume_approval("newer", now)
+                                     for s in (store, other, store, other)))
+    assert sorted(results) == [False, False, False, True]
+    consumed = await store.get_approval("newer")
+    assert consumed is not None and consumed.status == "consumed"
+    assert not await store.consume_approval("missing", now)
+
+
+async def test_approved_but_expired_cannot_be_consumed(store: StateStore) -> None:
+    now = time.time()
+    await store.create_approval(approval("a1", created=now, ttl=5))
+    await store.decide_approval("a1", "approved", "alice", None, now)
+    assert not await store.consume_approval("a1", now + 6)
+    assert await store.consume_approval("a1", now + 1)
