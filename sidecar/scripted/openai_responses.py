@@ -1,0 +1,287 @@
+"""OpenAI Responses (`POST /v1/responses`) as the real API writes it (§3).
+
+Streams are named events whose JSON carries `type` first, the other keys in alphabetical
+order and a `sequence_number` counting from 0; there is no `[DONE]`. The server keeps every
+response it produced so `previous_response_id` continuations are checked like the real API
+checks them (each function_call answered, each function_call_output matching a call).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from sidecar.scripted.openai_chat import OpenAIFormat, openai_error_type
+from sidecar.scripted.script import OPENAI_RESPONSES, UpstreamError
+from sidecar.scripted.wire import (
+    Event,
+    HttpReply,
+    Ids,
+    Part,
+    PartKind,
+    Reply,
+    obfuscation,
+)
+
+_ITEM_PREFIX: dict[PartKind, str] = {"thinking": "rs_", "text": "msg_", "call": "fc_"}
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    """What `previous_response_id` refers to: the output and the input that led to it."""
+
+    output: list[dict[str, Any]]
+    input: list[dict[str, Any]]
+    previous_response_id: str | None
+
+
+def _input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
+    items = body.get("input")
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+def _call_ids(items: list[dict[str, Any]], type_: str) -> list[str]:
+    return [str(i.get("call_id")) for i in items if i.get("type") == type_]
+
+
+class ResponsesFormat(OpenAIFormat):
+    protocol = OPENAI_RESPONSES
+    path = "/v1/responses"
+    default_model = "gpt-5.5"
+
+    def __init__(self, ids: Ids) -> None:
+        super().__init__(ids)
+        self.stored: dict[str, StoredResponse] = {}
+
+    def reset(self) -> None:
+        self.stored.clear()
+
+    def reply_id(self) -> str:
+        return "resp_" + self.ids.hex(50)
+
+    def item_id(self, kind: PartKind) -> str:
+        return _ITEM_PREFIX[kind] + self.ids.hex(50)
+
+    # ---- pairing ---------------------------------------------------------------------------
+
+    def check(self, body: dict[str, Any]) -> HttpReply | None:
+        items = _input_items(body)
+        required = _call_ids(items, "function_call")
+        known = set(required)
+        previous = body.get("previous_response_id")
+        if previous:
+            stored = self.stored.get(str(previous))
+            if stored is None:
+                return self.invalid_request(
+                    f"Previous response with id '{previous}' not found.",
+                    param="previous_response_id", code="previous_response_not_found")
+            required = _call_ids(stored.output, "function_call") + required
+            known |= self._chain_calls(str(previous))
+        outputs = _call_ids(items, "function_call_output")
+        for call_id in outputs:
+            if call_id not in known:
+                return self.invalid_request(
+                    f"No tool call found for function call output with call_id {call_id}.",
+                    param="input")
+        for call_id in required:
+            if call_id not in outputs:
+                return self.invalid_request(
+                    f"No tool output found for function call {call_id}.", param="input")
+        return None
+
+    def _chain_calls(self, response_id: str | None) -> set[str]:
+        calls: set[str] = set()
+        seen: set[str] = set()
+        while response_id and response_id not in seen and response_id in self.stored:
+            seen.add(response_id)
+            stored = self.stored[response_id]
+            calls.update(_call_ids(stored.output, "function_call"))
+            calls.update(_call_ids(stored.input, "function_call"))
+            response_id = stored.previous_response_id
+        return calls
+
+    def remember(self, reply: Reply) -> None:
+        previous = reply.request.get("previous_response_id")
+        self.stored[reply.id] = StoredResponse(
+            output=[self._final_item(reply, p) for p in reply.parts],
+            input=_input_items(reply.request),
+            previous_response_id=str(previous) if previous else None,
+        )
+
+    # ---- errors ----------------------------------------------------------------------------
+
+    def stream_error(self, reply: Reply, err: UpstreamError) -> list[Event]:
+        type_ = err.type or openai_error_type(err.status)
+        code = err.code or type_
+        message = err.message or ("The server had an error while processing your request. "
+                                  "Sorry about that!")
+        error = {"type": type_, "code": code, "message": message, "param": None}
+        failed = self._response(reply, "failed", [], None, error={"code": code,
+                                                                   "message": message})
+        return [Event("error", {"type": "error", "error": error}),
+                Event("response.failed", {"type": "response.failed", "response": failed})]
+
+    # ---- rendering -------------------------------------------------------------------------
+
+    def _response(self, reply: Reply, status: str, output: list[dict[str, Any]],
+                  usage: dict[str, Any] | None, error: dict[str, Any] | None = None,
+                  ) -> dict[str, Any]:
+        req = reply.request
+        done = status != "in_progress"
+        incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        return {
+            "id": reply.id,
+            "object": "response",
+            "created_at": reply.created,
+            "status": status,
+            "background": bool(req.get("background", False)),
+            "completed_at": int(time.time()) if status == "completed" else None,
+            "error": error,
+            "frequency_penalty": 0.0,
+            "incomplete_details": incomplete,
+            "instructions": req.get("instructions"),
+            "max_output_tokens": req.get("max_output_tokens"),
+            "max_tool_calls": req.get("max_tool_calls"),
+            "model": reply.model,
+            "output": output,
+            "parallel_tool_calls": req.get("parallel_tool_calls", True),
+            "presence_penalty": 0.0,
+            "previous_response_id": req.get("previous_response_id"),
+            "prompt_cache_key": req.get("prompt_cache_key"),
+            "prompt_cache_retention": None,
+            "reasoning": req.get("reasoning") or {"effort": None, "summary": None},
+            "safety_identifier": req.get("safety_identifier"),
+            "service_tier": "default" if done else req.get("service_tier", "auto"),
+            "store": req.get("store", True),
+            "temperature": req.get("temperature", 1.0),
+            "text": req.get("text") or {"format": {"type": "text"}, "verbosity": "medium"},
+            "tool_choice": req.get("tool_choice", "auto"),
+            "tools": req.get("tools") or [],
+            "top_logprobs": req.get("top_logprobs", 0),
+            "top_p": req.get("top_p", 1.0),
+            "truncation": req.get("truncation", "disabled"),
+            "usage": usage,
+            "user": req.get("user"),
+            "metadata": req.get("metadata") or {},
+        }
+
+    def _usage(self, reply: Reply) -> dict[str, Any]:
+        return {
+            "input_tokens": reply.input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": reply.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
+            "total_tokens": reply.input_tokens + reply.output_tokens,
+            **reply.usage_extra,
+        }
+
+    def _status(self, reply: Reply) -> str:
+        return "incomplete" if reply.truncated else "completed"
+
+    def _reasoning_item(self, reply: Reply, part: Part, final: bool) -> dict[str, Any]:
+        item: dict[str, Any] = {"id": part.item_id, "type": "reasoning"}
+        if "reasoning.encrypted_content" in (reply.request.get("include") or []):
+            item["encrypted_content"] = "gAAAAAB" + part.signature
+        reasoning = reply.request.get("reasoning")
+        wants_summary = isinstance(reasoning, dict) and reasoning.get("summary")
+        item["summary"] = ([{"type": "summary_text", "text": part.text}]
+                           if final and wants_summary else [])
+        return item
+
+    @staticmethod
+    def _text_part(text: str) -> dict[str, Any]:
+        return {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+
+    def _initial_item(self, reply: Reply, part: Part) -> dict[str, Any]:
+        if part.kind == "thinking":
+            return self._reasoning_item(reply, part, final=False)
+        if part.kind == "text":
+            return {"id": part.item_id, "type": "message", "status": "in_progress",
+                    "content": [], "role": "assistant"}
+        return {"id": part.item_id, "type": "function_call", "status": "in_progress",
+                "arguments": "", "call_id": part.call_id, "name": part.name}
+
+    def _final_item(self, reply: Reply, part: Part) -> dict[str, Any]:
+        if part.kind == "thinking":
+            return self._reasoning_item(reply, part, final=True)
+        if part.kind == "text":
+            return {"id": part.item_id, "type": "message", "status": "completed",
+                    "content": [self._text_part(part.text)], "role": "assistant"}
+        return {"id": part.item_id, "type": "function_call",
+                "status": "incomplete" if part.truncated else "completed",
+                "arguments": part.text, "call_id": part.call_id, "name": part.name}
+
+    def _text_fields(self, part: Part, index: int) -> dict[str, Any]:
+        return {"content_index": 0, "item_id": part.item_id, "output_index": index}
+
+    def head(self, reply: Reply) -> list[Event]:
+        response = self._response(reply, "in_progress", [], None)
+        return [Event(name, {"type": name, "response": response})
+                for name in ("response.created", "response.in_progress")]
+
+    def open_part(self, reply: Reply, part: Part, index: int) -> list[Event]:
+        events = [Event("response.output_item.added", {
+            "type": "response.output_item.added", "item": self._initial_item(reply, part),
+            "output_index": index})]
+        if part.kind == "text":
+            events.append(Event("response.content_part.added", {
+                "type": "response.content_part.added", **self._text_fields(part, index),
+                "part": self._text_part("")}))
+        return events
+
+    def delta(self, reply: Reply, part: Part, index: int, fragment: str) -> list[Event]:
+        fields: dict[str, Any] = {"delta": fragment, "item_id": part.item_id,
+                                  "output_index": index}
+        options = reply.request.get("stream_options")
+        if not isinstance(options, dict) or options.get("include_obfuscation", True):
+            fields["obfuscation"] = obfuscation(part.item_id + fragment)
+        if part.kind == "call":
+            name = "response.function_call_arguments.delta"
+        elif part.kind == "text":
+            name = "response.output_text.delta"
+            fields.update(content_index=0, logprobs=[])
+        else:
+            return []  # reasoning items carry no deltas unless summaries stream
+        return [Event(name, {"type": name, **fields})]
+
+    def close_part(self, reply: Reply, part: Part, index: int) -> list[Event]:
+        events: list[Event] = []
+        if part.kind == "call" and not part.truncated:
+            events.append(Event("response.function_call_arguments.done", {
+                "type": "response.function_call_arguments.done", "arguments": part.text,
+                "item_id": part.item_id, "output_index": index}))
+        elif part.kind == "text":
+            fields = self._text_fields(part, index)
+            events.append(Event("response.output_text.done", {
+                "type": "response.output_text.done", **fields, "logprobs": [],
+                "text": part.text}))
+            events.append(Event("response.content_part.done", {
+                "type": "response.content_part.done", **fields,
+                "part": self._text_part(part.text)}))
+        events.append(Event("response.output_item.done", {
+            "type": "response.output_item.done", "item": self._final_item(reply, part),
+            "output_index": index}))
+        return events
+
+    def tail(self, reply: Reply) -> list[Event]:
+        status = self._status(reply)
+        name = "response.completed" if status == "completed" else "response.incomplete"
+        return [Event(name, {"type": name, "response": self.body(reply)})]
+
+    def body(self, reply: Reply) -> dict[str, Any]:
+        output = [self._final_item(reply, p) for p in reply.parts]
+        return self._response(reply, self._status(reply), output, self._usage(reply))
+
+    def payload(self, event: Event, seq: int) -> bytes:
+        if not isinstance(event.data, dict):
+            return super().payload(event, seq)
+        rest = {k: v for k, v in event.data.items() if k != "type"}
+        if event.name == "error":  # the recorded error frame puts the number second
+            return orjson.dumps({"type": "error", "sequence_number": seq, **rest})
+        rest["sequence_number"] = seq
+        return orjson.dumps({"type": event.data.get("type"),
+                             **{k: rest[k] for k in sorted(rest)}})
+
