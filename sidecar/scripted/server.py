@@ -57,7 +57,7 @@ class ScriptedModel:
         self.requests: list[RecordedRequest] = []
         self.exhausted_count = 0
         self.url = ""
-        ids = Ids(seed)
+        ids = self._ids = Ids(seed)
         self._anthropic = AnthropicFormat(ids, pad_json=pad_json)
         self._openai = ChatFormat(ids)  # also shapes OpenAI 404s and model lists
         self._formats: list[WireFormat] = [self._anthropic, self._openai, ResponsesFormat(ids)]
@@ -72,8 +72,13 @@ class ScriptedModel:
         for item in turns:
             self._script.extend([item] if isinstance(item, Turn) else item)
 
-    def reset(self) -> None:
-        """Clear the script, the recorded requests and the stored Responses state."""
+    def reset(self, seed: int | None = None) -> None:
+        """Clear the script, the recorded requests and the stored Responses state.
+
+        With a seed, ids restart from it: the same script then yields the same bytes.
+        """
+        if seed is not None:
+            self._ids.rng.seed(seed)
         self._script.clear()
         self._cursor = 0
         self.requests.clear()
