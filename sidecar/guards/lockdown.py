@@ -98,6 +98,8 @@ class CompiledSchema:
     expected: dict[JsonPointer, str]
     compile_error: str = ""
     _descriptions: dict[tuple[str | int, ...], str | None] = field(default_factory=dict)
+    # Error-path wording memoised per schema location (bounded by the schema's size).
+    _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     _resolve: Callable[[str], Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -117,7 +119,7 @@ class CompiledSchema:
         if not out:
             out = weak  # only properties of a shape that did not apply: report them after all
         covered = {e.field for e in out}
-        for path, value in _nonfinite_paths(args):
+        for path, value in _nonfinite_paths(args) if _has_nonfinite(args) else ():
             name = msg.field_path(path)
             if name not in covered:
                 out.append(
@@ -162,7 +164,11 @@ class CompiledSchema:
             prop = kind.property
             props = node.get("properties") if isinstance(node, dict) else None
             sub = props.get(prop) if isinstance(props, dict) else None
-            expected = msg.describe(sub, self._resolve) if sub is not None else "a value"
+            memo_key = ("required", node_ptr, prop)
+            expected = self._memo.get(memo_key, "")
+            if not expected:
+                expected = msg.describe(sub, self._resolve) if sub is not None else "a value"
+                self._memo[memo_key] = expected
             return [
                 FieldError(
                     msg.field_path([*path, prop]),
@@ -172,11 +178,11 @@ class CompiledSchema:
                 )
             ]
         if isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
-            expected = self._declared(node)
+            expected = self._declared(node_ptr, node)
             return [_unknown(path, extra, expected) for extra in kind.unexpected]
         if isinstance(kind, jsonschema_rs.ValidationErrorKind.UnevaluatedProperties):
-            expected = self._declared(node)
-            known = set(declared_names(node, self._resolve)) if isinstance(node, dict) else set()
+            expected = self._declared(node_ptr, node)
+            known = self._known(node_ptr, node)
             weak.extend(_unknown(path, x, expected) for x in kind.unexpected if x in known)
             return [_unknown(path, x, expected) for x in kind.unexpected if x not in known]
         if isinstance(
@@ -352,7 +358,22 @@ class CompiledSchema:
         desc = self._site_description(evaluation)
         return f"{base} — {msg.truncate(desc, msg.MAX_DESCRIPTION_CHARS)}" if desc else base
 
-    def _declared(self, node: Any) -> str:
+    def _known(self, pointer: JsonPointer, node: Any) -> frozenset[str]:
+        key = ("known", pointer)
+        known: frozenset[str] | None = self._memo.get(key)
+        if known is None:
+            names = declared_names(node, self._resolve) if isinstance(node, dict) else []
+            known = self._memo[key] = frozenset(names)
+        return known
+
+    def _declared(self, pointer: JsonPointer, node: Any) -> str:
+        key = ("declared", pointer)
+        text: str | None = self._memo.get(key)
+        if text is None:
+            text = self._memo[key] = self._declared_text(node)
+        return text
+
+    def _declared_text(self, node: Any) -> str:
         if not isinstance(node, dict):
             return "no other properties"
         names = declared_names(node, self._resolve)
@@ -445,14 +466,20 @@ def _lookup(value: Any, path: list[str | int]) -> Any:
 
 
 def _has_nonfinite(value: Any) -> bool:
-    """True if any float in the arguments is inf or NaN (jsonschema-rs would see them as null)."""
-    kind = type(value)
-    if kind is float:
-        return not math.isfinite(value)
-    if kind is dict:
-        return any(_has_nonfinite(v) for v in value.values())
-    if kind is list:
-        return any(_has_nonfinite(v) for v in value)
+    """True if any float in the arguments is inf or NaN (jsonschema-rs cannot represent them).
+
+    Runs on every call, so it is a flat loop: `x - x` is nan exactly for inf and nan.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is float and item - item != 0:
+            return True
     return False
 
 
