@@ -16,7 +16,7 @@ from typing import IO, Any
 import orjson
 from opentelemetry import trace
 
-from .redact import DEFAULT_KEY_PATTERNS, key_matcher, redact, redact_text
+from sidecar.telemetry.redact import DEFAULT_KEY_PATTERNS, key_matcher, redact, redact_text
 
 LOGGER_NAME = "sidecar"
 # Header names never to be logged, on top of the configurable credential keys.

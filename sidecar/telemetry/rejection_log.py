@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import orjson
 
-from .redact import (
+from sidecar.telemetry.redact import (
     DEFAULT_KEY_PATTERNS,
     REDACTED,
     KeyMatcher,

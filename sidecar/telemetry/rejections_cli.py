@@ -23,7 +23,7 @@ from typing import IO, Any
 import orjson
 
 _QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
-_NUMBER = re.compile(r"(?<![A-Za-z_<])-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![A-Za-z_])")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?!\w)")
 _INDEX = [(re.compile(r"\[\d+\]"), "[*]"), (re.compile(r"(?<=[./])\d+(?=[./]|$)"), "*")]
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
