@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from sidecar.telemetry.logs import configure_logging, log_event
+
+
+@pytest.fixture(autouse=True)
+def _restore_sidecar_logger() -> Iterator[None]:
+    """configure_logging changes process-wide state; leave it as other tests expect it."""
+    logger = logging.getLogger("sidecar")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+
+
+@pytest.fixture
+def stream() -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    configure_logging("debug", stream=out)
+    yield out
+
+
+def _lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_json_shape(stream: io.StringIO) -> None:
+    log_event("startup", listen="127.0.0.1:8080", policies=3)
+    log_event("verdict", level=logging.WARNING, tool="transfer", verdict="reject", time="x")
+    first, second = _lines(stream)
+    assert first["event"] == "startup" and first["level"] == "info"
+    assert first["listen"] == "127.0.0.1:8080" and first["policies"] == 3
+    assert str(first["time"]).endswith("Z")
+    assert "trace_id" not in first and "message" not in first
+    assert second["level"] == "warning" and second["field_time"] == "x"  # no clobbering
+
+
+def test_plain_logging_is_json_and_redacted(stream: io.StringIO) -> None:
+    logging.getLogger("sidecar.proxy").info("upstream said %s", "Bearer abcdefghijklmnopqrstu")
+    try:
+        raise ValueError("key sk-ant-api03-abcdefghijklmnopqrstuvwxyz")
+    except ValueError:
+        logging.getLogger("sidecar.proxy").exception("boom")
+    info, error = _lines(stream)
+    assert info["event"] == "log" and info["logger"] == "sidecar.proxy"
+    assert info["message"] == "upstream said [REDACTED]"
+    assert "sk-ant" not in str(error["exception"]) and "ValueError" in str(error["exception"])
+
+
+def test_level_filtering() -> None:
+    out = io.StringIO()
+    configure_logging("warning", stream=out)
+    log_event("request", path="/v1/messages")
+    log_event("policy_reload", level=logging.ERROR, ok=False)
+    assert [line["event"] for line in _lines(out)] == ["policy_reload"]
+    # reconfiguring replaces our handler instead of adding a second one
+    handler = configure_logging("info", stream=out)
+    ours = [h for h in logging.getLogger("sidecar").handlers if type(h) is type(handler)]
+    assert ours == [handler]
+
+
+def test_trace_ids_inside_span(stream: io.StringIO) -> None:
+    tracer = TracerProvider().get_tracer("test")
+    with tracer.start_as_current_span("request") as span:
+        log_event("request", path="/v1/messages")
+        context = span.get_span_context()
+    log_event("after")
+    inside, outside = _lines(stream)
+    assert inside["trace_id"] == format(context.trace_id, "032x")
+    assert inside["span_id"] == format(context.span_id, "016x")
+    assert len(str(inside["trace_id"])) == 32 and len(str(inside["span_id"])) == 16
+    assert "trace_id" not in outside
+
+
+def test_secrets_never_logged(stream: io.StringIO) -> None:
+    log_event(
+        "request",
+        headers={
+            "authorization": "Bearer abcdefghijklmnopqrst",
+            "x-api-key": "plain-key-without-shape",
+            "X-Api-Key": "another",
+            "cookie": "session=abc",
+            "proxy-authorization": "Basic Zm9vOmJhcg==",
+            "content-type": "application/json",
+        },
+        api_key="k1",
+        body={"messages": [{"content": "my key is sk-proj-abcdefghijklmnopqrstuvwx"}]},
+    )
+    text = stream.getvalue()
+    for secret in ("abcdefghijklmnopqrst", "plain-key-without-shape", "another", "session=abc",
+                   "Zm9vOmJhcg==", "k1", "sk-proj"):  # fmt: skip
+        assert secret not in text
+    record = _lines(stream)[0]
+    assert record["headers"]["content-type"] == "application/json"  # type: ignore[index]
