@@ -1,0 +1,154 @@
+"""Typed wrapper around regorus (untyped Rust extension), and its quirks in one place.
+
+Quirks handled here:
+- errors are RuntimeError with a Rust backtrace appended: `clean_error` strips it;
+- evaluating a rule that no policy defines raises "not a valid rule path" instead of
+  returning undefined: `Rule.evaluate` maps that to `UNDEFINED`;
+- engines are bound to the thread that created them (another thread gets a PanicException,
+  a BaseException): callers must create and use them on one thread (the event loop's);
+- partial-set results come back as Python sets: `to_plain` turns them into sorted lists, the
+  way OPA serialises sets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Final
+
+# regorus errors carry a Rust backtrace; capturing it costs ~0.4 s per error, which would
+# make every failing evaluation (and on_error) that slow. Must be set before the first error.
+os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
+
+import orjson  # noqa: E402
+import regorus  # noqa: E402
+
+UNDEFINED: Final = object()
+
+_LOCATION = re.compile(r"-->\s*(?P<file>.+?):(?P<line>\d+):(?P<col>\d+)")
+_ERROR = re.compile(r"^error:\s*(?P<msg>.*)$", re.MULTILINE)
+
+
+class RegoError(Exception):
+    """A regorus parse, compile or evaluation error, with its location when known."""
+
+    def __init__(
+        self,
+        message: str,
+        file: str | None = None,
+        line: int | None = None,
+        col: int | None = None,
+        detail: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.line = line
+        self.col = col
+        self.detail = detail
+
+    def where(self) -> str:
+        if self.file is None:
+            return ""
+        return f"{self.file}:{self.line}:{self.col}"
+
+    def __str__(self) -> str:
+        where = self.where()
+        return f"{where}: {self.message}" if where else self.message
+
+
+def clean_error(exc: BaseException) -> RegoError:
+    """Turn a regorus exception into a RegoError: message, file, line; backtrace dropped."""
+    text = str(exc).split("Stack backtrace:", 1)[0].strip()
+    loc = _LOCATION.search(text)
+    err = _ERROR.search(text)
+    message = err.group("msg").strip() if err else (text.splitlines()[-1] if text else repr(exc))
+    if loc is None:
+        return RegoError(message, detail=text)
+    return RegoError(
+        message, loc.group("file"), int(loc.group("line")), int(loc.group("col")), text
+    )
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """Exceptions never to swallow while catching BaseException (needed for PanicException)."""
+    return (
+        isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit))
+        or type(exc).__name__ == "CancelledError"
+    )
+
+
+def to_plain(value: Any) -> Any:
+    """Sets to sorted lists (OPA's JSON form of a set), recursively."""
+    if isinstance(value, (set, frozenset)):
+        items = [to_plain(v) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return sorted(items, key=lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS))
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_plain(v) for v in value]
+    return value
+
+
+class Engine:
+    """One regorus engine. Not thread-safe and bound to its creating thread."""
+
+    def __init__(self, raw: Any | None = None) -> None:
+        self._raw: Any = raw if raw is not None else regorus.Engine()
+
+    def add_policy(self, path: str, text: str) -> str:
+        try:
+            return str(self._raw.add_policy(path, text))
+        except Exception as exc:
+            raise clean_error(exc) from None
+
+    def add_data(self, data: dict[str, Any]) -> None:
+        try:
+            self._raw.add_data_json(orjson.dumps(data).decode())
+        except Exception as exc:
+            raise clean_error(exc) from None
+
+    def set_input(self, value: Any) -> None:
+        try:
+            self._raw.set_input_json(orjson.dumps(value).decode())
+        except Exception as exc:
+            raise clean_error(exc) from None
+
+    def eval_rule(self, rule: str) -> Any:
+        """The rule's value (sets as sorted lists), or UNDEFINED."""
+        try:
+            value = self._raw.eval_rule(rule)
+        except Exception as exc:
+            if "not a valid rule path" in str(exc):
+                return UNDEFINED
+            raise clean_error(exc) from None
+        return UNDEFINED if value is None else to_plain(value)
+
+    def ast(self) -> list[dict[str, Any]]:
+        parsed: list[dict[str, Any]] = orjson.loads(self._raw.get_ast_as_json())
+        return parsed
+
+    def clone(self) -> Engine:
+        return Engine(self._raw.clone())
+
+
+def static_check(
+    modules: list[tuple[str, str]], data: dict[str, Any], entry_points: list[str]
+) -> None:
+    """Find unknown functions anywhere in the policy (evaluation only finds those it reaches).
+
+    Uses regorus' RVM compiler, which resolves every call statically. The RVM is experimental,
+    so only its "unknown function" verdicts are trusted; anything else it rejects is ignored
+    (the interpreter, not the RVM, evaluates decisions).
+    """
+    try:
+        regorus.Program.compile_from_modules(orjson.dumps(data).decode(), modules, entry_points)
+    except BaseException as exc:
+        if is_fatal(exc):
+            raise
+        err = clean_error(exc)
+        if "unknown function" in err.message.lower():
+            raise err from None

@@ -1,0 +1,509 @@
+"""Two Rego engines behind one interface: embedded regorus (default) and an OPA server.
+
+Both answer the same three questions (data.sidecar.decision / visible_tools /
+result_decision) for the same policies, and both turn an engine failure into a Decision
+shaped by `on_error`, with `error` set so the caller can count it as decision="error".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from sidecar.config import PolicySettings
+from sidecar.policy._regorus import UNDEFINED, RegoError, is_fatal
+from sidecar.policy.loader import (
+    DECISION,
+    RESULT_DECISION,
+    VISIBLE_TOOLS,
+    CompiledPolicy,
+    PolicyBundle,
+    PolicyLoadError,
+    PolicyWatcher,
+    ReloadHook,
+    compile_bundle,
+    content_hash,
+    read_bundle,
+)
+
+log = logging.getLogger("sidecar.policy")
+
+OnError = Literal["deny", "allow"]
+
+
+@dataclass
+class Decision:
+    """The policy's answer for one call (or result). `error` is set when on_error decided."""
+
+    allow: bool
+    reasons: list[str] = field(default_factory=list)
+    require_approval: dict[str, Any] | None = None
+    retryable: bool = False
+    error: str | None = None
+
+    @property
+    def outcome(self) -> str:
+        """Label for sidecar_policy_decisions_total: allow, deny, approval or error."""
+        if self.error is not None:
+            return "error"
+        if self.allow:
+            return "allow"
+        return "approval" if self.require_approval else "deny"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "allow": self.allow,
+            "reasons": self.reasons,
+            "require_approval": self.require_approval,
+            "retryable": self.retryable,
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+class MalformedDecision(ValueError):
+    """The policy returned something that is not a decision document (a policy bug)."""
+
+
+def decision_from_value(value: Any) -> Decision:
+    """Validate a decision document (the contract shape) into a Decision."""
+    if not isinstance(value, dict) or not isinstance(value.get("allow"), bool):
+        raise MalformedDecision(
+            f"decision must be an object with a boolean 'allow', got {value!r:.200}"
+        )
+    reasons = value.get("reasons", [])
+    if isinstance(reasons, str):
+        reasons = [reasons]
+    if not isinstance(reasons, list):
+        raise MalformedDecision("decision 'reasons' must be a list of strings")
+    approval = value.get("require_approval")
+    if approval is not None:
+        if not isinstance(approval, dict) or not isinstance(approval.get("group"), str):
+            raise MalformedDecision("decision 'require_approval' must be null or {group, ttl_s}")
+        ttl = approval.get("ttl_s")
+        approval = {
+            "group": approval["group"],
+            "ttl_s": int(ttl) if isinstance(ttl, (int, float)) else None,
+        }
+    return Decision(
+        allow=value["allow"],
+        reasons=[str(r) for r in reasons],
+        require_approval=approval,
+        retryable=bool(value.get("retryable", False)),
+    )
+
+
+def undefined_decision() -> Decision:
+    """An undefined data.sidecar.decision counts as deny (no policy said yes)."""
+    return Decision(
+        False, ["no policy decision for this call (data.sidecar.decision is undefined)"]
+    )
+
+
+def error_decision(on_error: OnError, error: str) -> Decision:
+    """What `on_error` makes of a failed evaluation; `error` marks it for the metrics."""
+    if on_error == "allow":
+        return Decision(
+            True, [f"policy engine error; allowed by on_error=allow: {error}"], error=error
+        )
+    return Decision(
+        False,
+        ["the policy engine failed; the call is refused (on_error=deny)"],
+        retryable=False,
+        error=error,
+    )
+
+
+def visible_from_value(value: Any) -> list[str] | None:
+    if value is UNDEFINED or value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise MalformedDecision("visible_tools must be a set or array of tool names")
+    return list(value)
+
+
+def apply_mode(decision: Decision, mode: str) -> tuple[Decision, bool]:
+    """Rollout modes: (effective decision, would-have-refused-in-shadow).
+
+    enforce: as decided. shadow: always allowed, flag says whether enforce would refuse.
+    off: allowed, no flag (callers normally skip evaluation altogether).
+    """
+    if mode == "enforce":
+        return decision, False
+    if mode == "shadow":
+        if decision.allow:
+            return decision, False
+        return replace(decision, allow=True, require_approval=None, retryable=False), True
+    if mode == "off":
+        return Decision(True, [], None, False, decision.error), False
+    raise ValueError(f"unknown policy mode {mode!r}")
+
+
+@runtime_checkable
+class PolicyEngine(Protocol):
+    name: str
+
+    async def decide(self, input: dict[str, Any]) -> Decision: ...
+
+    async def visible_tools(self, input: dict[str, Any]) -> list[str] | None: ...
+
+    async def result_decision(self, input: dict[str, Any]) -> Decision | None: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+class EmbeddedEngine:
+    """regorus in-process. Everything runs synchronously on the event loop's thread.
+
+    regorus engines are bound to their creating thread; if this object is used from a
+    thread other than the one that compiled the current revision (e.g. built before the
+    loop started in another thread), it recompiles that revision for the calling thread
+    rather than letting regorus panic.
+    """
+
+    name = "embedded"
+
+    def __init__(
+        self,
+        settings: PolicySettings,
+        policies_dir: str | None,
+        *,
+        strict: bool = True,
+        on_reload: ReloadHook | None = None,
+    ) -> None:
+        self.on_error: OnError = settings.on_error
+        self.reload_interval_s = settings.reload_interval_s
+        self.policies_dir = policies_dir
+        self.on_reload = on_reload
+        self.reload_errors = 0
+        self.eval_errors = 0
+        self._error: str | None = None
+        self._compiled: CompiledPolicy | None = None
+        self._watcher: PolicyWatcher | None = None
+        initial_hash = ""
+        try:
+            if policies_dir is not None:
+                initial_hash = content_hash(policies_dir)
+            self._compiled = compile_bundle(read_bundle(policies_dir))
+        except PolicyLoadError as exc:
+            if strict:
+                raise
+            self._fail(str(exc))
+        if policies_dir is not None:
+            self._watcher = PolicyWatcher(
+                policies_dir, settings.reload_interval_s, initial_hash, self._apply, self._fail
+            )
+        self._start_watcher()
+
+    # --- loading -------------------------------------------------------------------------
+
+    def _start_watcher(self) -> None:
+        if self._watcher is None or self._watcher.running:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # started by the first async call, or by start()
+        self._watcher.start()
+
+    async def start(self) -> None:
+        """Start hot reload now (it otherwise starts with the first decision)."""
+        self._start_watcher()
+
+    def _apply(self, bundle: PolicyBundle) -> None:
+        compiled = compile_bundle(bundle)  # raises PolicyLoadError: last good one stays
+        self._compiled = compiled
+        self._error = None
+        log.info("policy reload", extra={"ok": True, "revision": bundle.revision})
+        if self.on_reload is not None:
+            self.on_reload(True, None)
+
+    def _fail(self, error: str) -> None:
+        self.reload_errors += 1
+        self._error = error
+        log.error(
+            "policy reload failed; keeping the last good policy: %s",
+            error,
+            extra={"ok": False, "error": error},
+        )
+        if self.on_reload is not None:
+            self.on_reload(False, error)
+
+    async def reload_now(self) -> None:
+        """Check the directory once, right now (tests, admin endpoints)."""
+        if self._watcher is not None:
+            await self._watcher.poll_once()
+
+    def _current(self) -> CompiledPolicy | None:
+        compiled = self._compiled
+        if compiled is not None and compiled.thread_id != threading.get_ident():
+            compiled = compile_bundle(compiled.bundle)
+            self._compiled = compiled
+        return compiled
+
+    # --- evaluation ----------------------------------------------------------------------
+
+    def evaluate(self, rule: str, input: dict[str, Any]) -> Any:
+        """Raw value of `rule` for `input` (UNDEFINED if undefined). Raises on errors."""
+        compiled = self._current()
+        if compiled is None:
+            raise PolicyLoadError(f"no policy loaded: {self._error}")
+        if rule not in compiled.defined:
+            return UNDEFINED
+        compiled.engine.set_input(input)
+        return compiled.engine.eval_rule(rule)
+
+    def _guarded(self, rule: str, input: dict[str, Any]) -> tuple[Any, str | None]:
+        try:
+            return self.evaluate(rule, input), None
+        except BaseException as exc:  # PanicException is a BaseException
+            if is_fatal(exc):
+                raise
+            self.eval_errors += 1
+            log.warning("policy evaluation failed: %s", exc)
+            return UNDEFINED, _short(exc)
+
+    def decide_sync(self, input: dict[str, Any]) -> Decision:
+        value, error = self._guarded(DECISION, input)
+        if error is not None:
+            return error_decision(self.on_error, error)
+        if value is UNDEFINED:
+            return undefined_decision()
+        try:
+            return decision_from_value(value)
+        except MalformedDecision as exc:
+            self.eval_errors += 1
+            return error_decision(self.on_error, str(exc))
+
+    async def decide(self, input: dict[str, Any]) -> Decision:
+        self._start_watcher()
+        return self.decide_sync(input)
+
+    async def visible_tools(self, input: dict[str, Any]) -> list[str] | None:
+        """On error: None (all visible). Hiding is not the safety net: every call is decided."""
+        self._start_watcher()
+        value, error = self._guarded(VISIBLE_TOOLS, input)
+        if error is not None:
+            return None
+        try:
+            return visible_from_value(value)
+        except MalformedDecision as exc:
+            self.eval_errors += 1
+            log.warning("%s", exc)
+            return None
+
+    async def result_decision(self, input: dict[str, Any]) -> Decision | None:
+        self._start_watcher()
+        value, error = self._guarded(RESULT_DECISION, input)
+        if error is not None:
+            return error_decision(self.on_error, error)
+        if value is UNDEFINED:
+            return None
+        try:
+            return decision_from_value(value)
+        except MalformedDecision as exc:
+            self.eval_errors += 1
+            return error_decision(self.on_error, str(exc))
+
+    def health(self) -> dict[str, Any]:
+        compiled = self._compiled
+        return {
+            "ok": compiled is not None and self._error is None,
+            "error": self._error,
+            "loaded_at": compiled.loaded_at if compiled else None,
+            "revision": compiled.bundle.revision if compiled else None,
+            "engine": self.name,
+            "reload_errors": self.reload_errors,
+        }
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            await self._watcher.stop()
+
+
+class OpaError(Exception):
+    """The OPA server could not answer (timeout, connection, HTTP status, bad body)."""
+
+
+class _OpaClient:
+    """Typed wrapper around opa-python-client's AsyncOpaClient.
+
+    AsyncOpaClient is used as is for the request (POST /v1/data/<path> with {"input": …},
+    bearer token, one aiohttp session), with its own retries off (retries=0) and its session
+    timeout set to opa_timeout_s. Two things it cannot do are added here: an overall deadline
+    that also covers connection set-up and body reading (asyncio.timeout), and a path prefix
+    in opa_url (its root_url is host:port/v1 only, so root_url is set after construction).
+    """
+
+    def __init__(self, url: str, timeout_s: float, token: str | None) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"policy.opa_url must be an http(s) URL, got {url!r}")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._host = parts.hostname
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._ssl = parts.scheme == "https"
+        self._token = token
+        self._client: Any = None
+        self._lock = asyncio.Lock()
+
+    async def _open(self) -> Any:
+        if self._client is None:
+            async with self._lock:
+                if self._client is None:
+                    from opa_client import AsyncOpaClient
+
+                    client = AsyncOpaClient(
+                        host=self._host,
+                        port=self._port,
+                        ssl=self._ssl,
+                        token=self._token,
+                        retries=0,
+                        timeout=self.timeout_s,
+                    )
+                    client.root_url = f"{self.url}/v1"
+                    await client.__aenter__()
+                    self._client = client
+        return self._client
+
+    async def query(self, package: str, rule: str, input: dict[str, Any]) -> tuple[bool, Any]:
+        """(defined, value) of data.<package>.<rule>; raises OpaError."""
+        client = await self._open()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                body = await client.query_rule(input, package, rule)
+        except TimeoutError:
+            raise OpaError(f"OPA did not answer within {self.timeout_s}s") from None
+        except aiohttp.ClientResponseError as exc:
+            raise OpaError(f"OPA answered HTTP {exc.status}") from None
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            raise OpaError(f"OPA request failed: {_short(exc) or type(exc).__name__}") from None
+        if not isinstance(body, dict):
+            raise OpaError("OPA answered with something that is not a JSON object")
+        return ("result" in body), body.get("result")
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close_connection()
+            self._client = None
+
+
+class OpaEngine:
+    """A real OPA server over its REST Data API. The server loads the policies itself
+    (`opa run --server --watch policies/`), so hot reload is OPA's job here."""
+
+    name = "opa"
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self.on_error: OnError = settings.on_error
+        self._client = _OpaClient(settings.opa_url, settings.opa_timeout_s, settings.opa_token)
+        self.eval_errors = 0
+        self.reload_errors = 0
+        self._error: str | None = None
+        self._last_ok: float | None = None
+
+    async def _query(self, rule: str, input: dict[str, Any]) -> tuple[Any, str | None]:
+        try:
+            defined, value = await self._client.query("sidecar", rule, input)
+        except OpaError as exc:
+            self.eval_errors += 1
+            self._error = str(exc)
+            log.warning("OPA query %s failed: %s", rule, exc)
+            return UNDEFINED, str(exc)
+        self._error = None
+        self._last_ok = time.time()
+        return (value if defined else UNDEFINED), None
+
+    async def decide(self, input: dict[str, Any]) -> Decision:
+        value, error = await self._query("decision", input)
+        if error is not None:
+            return error_decision(self.on_error, error)
+        if value is UNDEFINED:
+            return undefined_decision()
+        try:
+            return decision_from_value(value)
+        except MalformedDecision as exc:
+            self.eval_errors += 1
+            return error_decision(self.on_error, str(exc))
+
+    async def visible_tools(self, input: dict[str, Any]) -> list[str] | None:
+        value, error = await self._query("visible_tools", input)
+        if error is not None:
+            return None
+        try:
+            return visible_from_value(value)
+        except MalformedDecision:
+            self.eval_errors += 1
+            return None
+
+    async def result_decision(self, input: dict[str, Any]) -> Decision | None:
+        value, error = await self._query("result_decision", input)
+        if error is not None:
+            return error_decision(self.on_error, error)
+        if value is UNDEFINED:
+            return None
+        try:
+            return decision_from_value(value)
+        except MalformedDecision as exc:
+            self.eval_errors += 1
+            return error_decision(self.on_error, str(exc))
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "ok": self._error is None,
+            "error": self._error,
+            "loaded_at": self._last_ok,
+            "revision": None,
+            "engine": self.name,
+            "url": self._client.url,
+        }
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def build_engine(
+    settings: PolicySettings,
+    policies_dir: str | None,
+    *,
+    strict: bool = True,
+    on_reload: Callable[[bool, str | None], None] | None = None,
+) -> EmbeddedEngine | OpaEngine:
+    """The configured engine. Embedded: loads `policies_dir` now (None: a built-in minimal
+    policy) and raises PolicyLoadError if it is broken, unless strict=False (then it starts
+    unhealthy, decides by on_error, and picks the policy up once fixed). Call from the
+    thread that runs the event loop."""
+    if settings.engine == "opa":
+        return OpaEngine(settings)
+    return EmbeddedEngine(settings, policies_dir, strict=strict, on_reload=on_reload)
+
+
+__all__ = [
+    "Decision",
+    "EmbeddedEngine",
+    "OpaEngine",
+    "PolicyEngine",
+    "PolicyLoadError",
+    "RegoError",
+    "apply_mode",
+    "build_engine",
+    "decision_from_value",
+    "error_decision",
+]
