@@ -20,8 +20,8 @@ from typing import Any, Final
 # make every failing evaluation (and on_error) that slow. Must be set before the first error.
 os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
 
-import orjson  # noqa: E402
-import regorus  # noqa: E402
+import orjson
+import regorus
 
 UNDEFINED: Final = object()
 
