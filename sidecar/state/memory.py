@@ -7,6 +7,7 @@ session (an approximation of global LRU that costs no extra per-entry structure)
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
@@ -25,9 +26,10 @@ from sidecar.state.base import (
 
 
 class _Session:
-    __slots__ = ("calls", "counts", "last_expiry", "replays")
+    __slots__ = ("calls", "counts", "last_expiry", "name", "replays")
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name  # one string shared by all the session's records (memory per call)
         self.calls: OrderedDict[str, CallRecord] = OrderedDict()
         self.replays: dict[str, str] = {}  # replay key -> call id of its first delivery
         self.counts: dict[str, int] = {}
@@ -87,8 +89,8 @@ class MemoryStore:
             self._drop_session(name)
         s = self._session(rec.session)
         if s is None:
-            s = self._sessions[rec.session] = _Session()
-        rec = replace(rec, count=1)
+            s = self._sessions[rec.session] = _Session(rec.session)
+        rec = replace(rec, session=s.name, tool=sys.intern(rec.tool), count=1)
         if rec.call_id in s.calls:  # recorded again: the new delivery replaces the old one
             self._evict(s, rec.call_id)
         first = self._live(s, s.replays.get(rec.replay_key))

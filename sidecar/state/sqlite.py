@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS calls (
     is_first INTEGER NOT NULL, expires REAL NOT NULL, seq INTEGER NOT NULL,
     PRIMARY KEY (session, call_id)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS calls_replay ON calls (session, replay_key) WHERE is_first = 1;
+CREATE INDEX IF NOT EXISTS calls_replay ON calls (session, replay_key, seq) WHERE is_first = 1;
 CREATE INDEX IF NOT EXISTS calls_lru ON calls (seq);
 CREATE INDEX IF NOT EXISTS calls_session_lru ON calls (session, seq);
 CREATE INDEX IF NOT EXISTS calls_expires ON calls (expires);
@@ -96,6 +96,7 @@ class SQLiteStore:
         self.limits = limits or Limits()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sidecar-sqlite")
         self._conn: sqlite3.Connection | None = None
+        self._pruned_at = 0.0
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -157,12 +158,20 @@ class SQLiteStore:
 
         def op(c: sqlite3.Connection) -> None:
             now = lim.clock()
-            c.execute("DELETE FROM calls WHERE expires <= ?", (now,))
-            c.execute(
-                "DELETE FROM tool_counts WHERE session IN "
-                "(SELECT session FROM sessions WHERE expires <= ?)", (now,)
-            )
-            c.execute("DELETE FROM sessions WHERE expires <= ?", (now,))
+            if not self._pruned_at <= now < self._pruned_at + 1.0:
+                # at most once a second: reads filter expired rows anyway, this frees space
+                self._pruned_at = now
+                c.execute("DELETE FROM calls WHERE expires <= ?", (now,))
+                c.execute(
+                    "DELETE FROM tool_counts WHERE session IN "
+                    "(SELECT session FROM sessions WHERE expires <= ?)", (now,)
+                )
+                c.execute("DELETE FROM sessions WHERE expires <= ?", (now,))
+            lapsed = c.execute("SELECT 1 FROM sessions WHERE session = ? AND expires <= ?",
+                               (rec.session, now)).fetchone()
+            if lapsed:  # the session's window closed: its counts start again from zero
+                for table in ("calls", "tool_counts", "sessions"):
+                    c.execute(f"DELETE FROM {table} WHERE session = ?", (rec.session,))
             c.execute("DELETE FROM calls WHERE session = ? AND call_id = ?",
                       (rec.session, rec.call_id))
             first = self._first(c, rec.session, rec.replay_key)

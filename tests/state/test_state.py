@@ -102,6 +102,7 @@ async def test_ttl_expiry(make_store: MakeStore) -> None:
     await store.record_call(again)
     found = await store.find_replay("s1", again.replay_key)
     assert found is not None and (found.call_id, found.count) == ("again", 1)
+    assert await store.session_counts("s1") == (1, {"transfer": 1})
 
 
 async def test_lru_per_session(make_store: MakeStore) -> None:

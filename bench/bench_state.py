@@ -1,0 +1,93 @@
+"""State backend cost: µs per record_call / find_replay, and memory per remembered call.
+
+    .venv/bin/python bench/bench_state.py [--calls 100000] [--io-calls 5000]
+
+Memory is measured with tracemalloc over the memory backend holding `--calls` calls spread
+over sessions of 100 (realistic 64-hex hashes, ~30-char call ids). SQLite and Redis timings
+are sequential awaits from one coroutine (a latency view, not a throughput one); Redis runs a
+throwaway local redis-server (tests/helpers/redis_server.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sidecar.model import sha256_hex
+from sidecar.state import CallRecord, Limits, MemoryStore, StateStore
+from sidecar.state.redis import RedisStore
+from sidecar.state.sqlite import SQLiteStore
+from tests.helpers.redis_server import run_redis_server
+
+
+def records(n: int) -> list[CallRecord]:
+    now = time.time()
+    out = []
+    for i in range(n):
+        session = f"session-{i // 100:06d}"
+        args_hash = sha256_hex(f"args{i}".encode())
+        key = sha256_hex(f"{session}|tool{i % 7}|{i}".encode())
+        out.append(CallRecord(session, f"toolu_{i:024d}", f"tool{i % 7}", args_hash, key, now))
+    return out
+
+
+async def memory_per_call(n: int) -> float:
+    store = MemoryStore(Limits(max_total=n, max_per_session=1000))
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    # build the records under tracing: the strings a caller hands over (ids, hashes) stay
+    # alive in the store, so they are part of what a remembered call costs
+    for rec in records(n):
+        await store.record_call(rec)
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return (after - before) / n
+
+
+async def timings(store: StateStore, n: int) -> tuple[float, float]:
+    recs = records(n)
+    t0 = time.perf_counter()
+    for rec in recs:
+        await store.record_call(rec)
+    t1 = time.perf_counter()
+    for rec in recs:
+        assert await store.find_replay(rec.session, rec.replay_key) is not None
+    t2 = time.perf_counter()
+    await store.close()
+    return (t1 - t0) / n * 1e6, (t2 - t1) / n * 1e6
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=100_000)
+    parser.add_argument("--io-calls", type=int, default=5_000)
+    opts = parser.parse_args()
+
+    per_call = await memory_per_call(opts.calls)
+    print(f"memory: {per_call:,.0f} bytes per remembered call at {opts.calls:,} calls "
+          f"({per_call * opts.calls / 2**20:,.1f} MiB)")
+
+    rows = [("memory", opts.calls, await timings(MemoryStore(Limits()), opts.calls))]
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite = SQLiteStore(str(Path(tmp) / "bench.db"))
+        rows.append(("sqlite", opts.io_calls, await timings(sqlite, opts.io_calls)))
+    with run_redis_server() as url:
+        rows.append(("redis", opts.io_calls, await timings(RedisStore(url), opts.io_calls)))
+
+    print(f"{'backend':8} {'calls':>8} {'record_call µs':>15} {'find_replay µs':>15}")
+    for name, n, (record_us, find_us) in rows:
+        print(f"{name:8} {n:>8,} {record_us:>15.1f} {find_us:>15.1f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
