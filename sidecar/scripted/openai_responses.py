@@ -146,6 +146,7 @@ class ResponsesFormat(OpenAIFormat):
             "max_output_tokens": req.get("max_output_tokens"),
             "max_tool_calls": req.get("max_tool_calls"),
             "model": reply.model,
+            "moderation": None,
             "output": output,
             "parallel_tool_calls": req.get("parallel_tool_calls", True),
             "presence_penalty": 0.0,
