@@ -156,7 +156,7 @@ class MemoryStore:
 
     async def get_approval(self, approval_id: str) -> Approval | None:
         a = self._approvals.get(approval_id)
-        return a.effective(self.limits.clock()) if a else None
+        return replace(a).effective(self.limits.clock()) if a else None  # a copy: no aliasing
 
     async def list_approvals(
         self,
