@@ -1,0 +1,1 @@
+"""The admin port: health, readiness, metrics, status and the approvals API."""

@@ -1,0 +1,49 @@
+"""Admin HTTP API on its own port: never reachable through the proxy port."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from sidecar.app import Sidecar
+
+SIDECAR_KEY: web.AppKey[Sidecar] = web.AppKey("sidecar")
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return _json({"ok": True})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ready, report = request.app[SIDECAR_KEY].readiness()
+    return _json({"ready": ready, "components": report}, 200 if ready else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body, content_type = request.app[SIDECAR_KEY].metrics.render(request.headers.get("Accept"))
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = content_type
+    return response
+
+
+async def status(request: web.Request) -> web.Response:
+    sidecar = request.app[SIDECAR_KEY]
+    ready, report = sidecar.readiness()
+    return _json({"tools": sidecar.metrics.status_summary(), "ready": ready, "components": report})
+
+
+def build_admin_app(sidecar: Sidecar) -> web.Application:
+    app = web.Application()
+    app[SIDECAR_KEY] = sidecar
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/status", status)
+    return app

@@ -1,0 +1,129 @@
+"""Builds the two aiohttp applications (proxy port, admin port) and their lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from sidecar.addons import Addons
+from sidecar.admin.app import build_admin_app
+from sidecar.config import Settings
+from sidecar.enforce import Enforcer
+from sidecar.guards.arguments import ArgumentsGuard
+from sidecar.guards.base import Guard, GuardChain
+from sidecar.handler import ProxyHandler, RepairChannel
+from sidecar.model import Provider
+from sidecar.proxy.upstream import Upstreams
+from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.observer import TelemetryAddon
+from sidecar.telemetry.rejection_log import RejectionLog
+
+log = logging.getLogger("sidecar")
+
+# A component's readiness: (ok, detail) for /readyz.
+HealthCheck = Callable[[], "dict[str, Any]"]
+
+
+class Sidecar:
+    """Every long-lived component of one sidecar process, wired together."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics(settings.telemetry.tool_label_cap)
+        self.rejections = RejectionLog.from_settings(settings.rejection_log, self.metrics)
+        self.addons = Addons([TelemetryAddon(self.metrics, self.rejections)])
+        self.upstreams = Upstreams(
+            {Provider.ANTHROPIC: settings.anthropic_upstream, Provider.OPENAI: settings.openai_upstream},
+            read_timeout_s=settings.upstream_timeout_s,
+            connect_timeout_s=settings.upstream_connect_timeout_s,
+        )
+        self.guards: list[Guard] = [ArgumentsGuard(settings)]
+        self.enforcer = Enforcer(
+            settings, GuardChain(self.guards), self.addons, RepairChannel(self.upstreams, self.addons)
+        )
+        self.handler = ProxyHandler(settings, self.upstreams, self.enforcer, self.addons)
+        self.health_checks: dict[str, HealthCheck] = {"rejection_log": self.rejections.health}
+
+    async def start(self) -> None:
+        await self.upstreams.start()
+
+    async def close(self) -> None:
+        await self.upstreams.close()
+        await asyncio.to_thread(self.rejections.close)
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        report = {name: check() for name, check in self.health_checks.items()}
+        return all(bool(part.get("ok", True)) for part in report.values()), report
+
+    def proxy_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.max_body_bytes + 1)
+        app.router.add_route("*", "/{tail:.*}", self.handler.handle)
+        return app
+
+    def admin_app(self) -> web.Application:
+        return build_admin_app(self)
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class Running:
+    """Both ports bound; `proxy_url` / `admin_url` tell where (port 0 picks a free one)."""
+
+    def __init__(self, sidecar: Sidecar, runners: list[web.AppRunner], urls: list[str]) -> None:
+        self.sidecar = sidecar
+        self.runners = runners
+        self.proxy_url, self.admin_url = urls
+
+    async def stop(self) -> None:
+        for runner in self.runners:
+            await runner.cleanup()
+        await self.sidecar.close()
+
+
+async def start(settings: Settings) -> Running:
+    sidecar = Sidecar(settings)
+    await sidecar.start()
+    runners: list[web.AppRunner] = []
+    urls: list[str] = []
+    try:
+        for app, address in ((sidecar.proxy_app(), settings.listen), (sidecar.admin_app(), settings.admin_listen)):
+            runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+            await runner.setup()
+            host, port = _split(address)
+            site = web.TCPSite(runner, host, port)
+            await site.start()
+            runners.append(runner)
+            bound = runner.addresses[0]
+            urls.append(f"http://{host}:{bound[1]}")
+    except BaseException:
+        for runner in runners:
+            await runner.cleanup()
+        await sidecar.close()
+        raise
+    return Running(sidecar, runners, urls)
+
+
+async def serve(settings: Settings, ready: Callable[[Running], None] | None = None) -> None:
+    """Run until SIGINT/SIGTERM."""
+    running = await start(settings)
+    log.info("proxy on %s, admin on %s", running.proxy_url, running.admin_url)
+    if ready is not None:
+        ready(running)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await running.stop()

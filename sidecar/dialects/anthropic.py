@@ -1,0 +1,308 @@
+"""Anthropic Messages API (`POST /v1/messages`).
+
+Content blocks are the items; `index` is a block's position in `content`. Client tools are
+`tool_use` blocks; server tools (`server_tool_use`, `*_tool_result`, `mcp_*`) pass untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+
+from sidecar.dialects.base import (
+    Dialect,
+    Item,
+    ItemKind,
+    Reply,
+    StreamAssembler,
+    TailState,
+    add_numbers,
+    compact,
+    event_json,
+    parse_arguments,
+)
+from sidecar.dialects.sse import SSEEvent, format_event
+from sidecar.model import (
+    EchoedCall,
+    Provider,
+    RequestView,
+    ToolCall,
+    ToolDeclaration,
+    ToolResult,
+)
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+_PING = format_event(b'{"type": "ping"}', "ping")
+
+
+def _kind(block: dict[str, Any]) -> ItemKind:
+    kind = block.get("type")
+    if kind == "tool_use":
+        return ItemKind.CALL
+    if kind == "text":
+        return ItemKind.TEXT
+    return ItemKind.OTHER
+
+
+def _call_from_block(block: dict[str, Any], ordinal: int) -> ToolCall:
+    value = block.get("input")
+    if isinstance(value, dict):
+        return ToolCall(str(block.get("id", "")), str(block.get("name", "")), value, compact(value), ordinal)
+    raw = compact(value)
+    return ToolCall(
+        str(block.get("id", "")), str(block.get("name", "")), None, raw, ordinal,
+        parse_error="input must be a JSON object",
+    )
+
+
+def _stop_reason(reply: Reply) -> Any:
+    reason = reply.envelope.get("stop_reason")
+    if reason == "tool_use" and not reply.calls:
+        return "end_turn"
+    return reason
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return ""
+
+
+class AnthropicDialect(Dialect):
+    name = "anthropic"
+    provider = Provider.ANTHROPIC
+    summary_keys = ("stop_reason", "stop_sequence", "stop_details")
+
+    def read_request(self, body: dict[str, Any]) -> RequestView:
+        view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
+        for tool in body.get("tools") or []:
+            if isinstance(tool, dict) and tool.get("type") in (None, "custom") and "name" in tool:
+                name = str(tool["name"])
+                view.declarations[name] = ToolDeclaration.create(
+                    name, tool.get("input_schema"), str(tool.get("description") or "")
+                )
+        metadata = body.get("metadata")
+        if isinstance(metadata, dict) and metadata.get("user_id"):
+            view.session_hint = str(metadata["user_id"])
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        first_user = next((m for m in messages if m.get("role") == "user"), {})
+        view.session_seed = _text_of(body.get("system")) + "\x00" + _text_of(first_user.get("content"))
+        for message in messages:
+            content = message.get("content")
+            if not isinstance(content, list):
+                continue
+            if message.get("role") == "assistant":
+                view.results = []  # only results after the latest model turn are new
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_use":
+                        view.echoed_calls.append(
+                            EchoedCall(str(block.get("id")), str(block.get("name")), block.get("input"))
+                        )
+                continue
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    result = block.get("content", "")
+                    view.results.append(
+                        ToolResult(
+                            str(block.get("tool_use_id")),
+                            result,
+                            bool(block.get("is_error")),
+                            size=len(result.encode()) if isinstance(result, str) else len(orjson.dumps(result)),
+                        )
+                    )
+        return view
+
+    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
+        tools = [t for t in body.get("tools") or [] if not (isinstance(t, dict) and t.get("name") in hidden)]
+        return {**body, "tools": tools}
+
+    def repair_request(
+        self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]
+    ) -> dict[str, Any]:
+        results = [
+            {"type": "tool_result", "tool_use_id": call.id, "content": compact(payload), "is_error": True}
+            for call, payload in outputs
+        ]
+        messages = [
+            *request.get("messages", []),
+            {"role": "assistant", "content": [item.wire for item in reply.items]},
+            {"role": "user", "content": results},
+        ]
+        return {**request, "messages": messages, "stream": False}
+
+    def read_reply(self, body: dict[str, Any]) -> Reply:
+        envelope = dict(body)
+        envelope["content"] = []
+        items: list[Item] = []
+        ordinal = 0
+        for block in body.get("content") or []:
+            if not isinstance(block, dict):
+                continue
+            kind = _kind(block)
+            call = _call_from_block(block, ordinal) if kind is ItemKind.CALL else None
+            ordinal += kind is ItemKind.CALL
+            items.append(Item(kind, block, call))
+        return Reply(envelope, items)
+
+    def write_reply(self, reply: Reply) -> dict[str, Any]:
+        body = dict(reply.envelope)
+        body["content"] = [item.wire for item in reply.items]
+        body["stop_reason"] = _stop_reason(reply)
+        return body
+
+    def text_item(self, text: str) -> Item:
+        return Item(ItemKind.TEXT, {"type": "text", "text": text})
+
+    def add_usage(self, total: dict[str, Any], extra: dict[str, Any]) -> None:
+        usage = total.setdefault("usage", {})
+        add_numbers(usage, extra.get("usage") or {})
+
+    def assembler(self) -> StreamAssembler:
+        return _AnthropicStream()
+
+    def keepalive(self) -> bytes:
+        return _PING
+
+    def render_item(self, item: Item, position: int, reply: Reply, tail: TailState) -> bytes:
+        if item.raw_events:
+            return b"".join(_reindex(event, position) for event in item.raw_events)
+        block = item.wire
+        kind = block.get("type")
+        if kind == "tool_use" or kind == "server_tool_use":
+            start = {**block, "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": compact(block.get("input", {}))}]
+        elif kind == "text":
+            start = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": block.get("text", "")}]
+        elif kind == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": block.get("thinking", "")},
+                {"type": "signature_delta", "signature": block.get("signature", "")},
+            ]
+        else:
+            start, deltas = block, []
+        events: list[dict[str, Any]] = [{"type": "content_block_start", "index": position, "content_block": start}]
+        events += [{"type": "content_block_delta", "index": position, "delta": d} for d in deltas]
+        events.append({"type": "content_block_stop", "index": position})
+        return b"".join(format_event(orjson.dumps(e), str(e["type"])) for e in events)
+
+    def render_end(self, reply: Reply, tail: TailState) -> bytes:
+        envelope = reply.envelope
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": _stop_reason(reply), "stop_sequence": envelope.get("stop_sequence")},
+            "usage": envelope.get("usage") or {},
+        }
+        return format_event(orjson.dumps(delta), "message_delta") + format_event(
+            b'{"type":"message_stop"}', "message_stop"
+        )
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}
+
+
+def _reindex(event: SSEEvent, position: int) -> bytes:
+    data = event_json(event)
+    if not isinstance(data, dict) or data.get("index", position) == position:
+        return event.raw
+    data["index"] = position
+    return format_event(orjson.dumps(data), event.event)
+
+
+class _AnthropicStream(StreamAssembler):
+    def __init__(self) -> None:
+        super().__init__()
+        self._positions: dict[int, int] = {}
+        self._partials: dict[int, list[str]] = {}
+        self._stopped: set[int] = set()
+        self._ordinal = 0
+
+    def apply(self, event: SSEEvent) -> tuple[int | None, bool]:
+        data = event_json(event)
+        kind = data.get("type") if isinstance(data, dict) else None
+        if event.event == "error" or kind == "error":
+            self.error = event
+            return None, False
+        if not isinstance(data, dict):
+            return None, False
+        if kind == "message_start":
+            self.envelope = copy.deepcopy(data.get("message") or {})
+            self.envelope["content"] = []
+        elif kind == "content_block_start":
+            block = dict(data.get("content_block") or {})
+            position = len(self.items)
+            self._positions[int(data.get("index", position))] = position
+            item = Item(_kind(block), block)
+            if item.kind is ItemKind.CALL:
+                item.call = ToolCall(str(block.get("id", "")), str(block.get("name", "")), None, "", self._ordinal)
+                self._ordinal += 1
+            self.items.append(item)
+            return position, item.kind is ItemKind.CALL
+        elif kind in ("content_block_delta", "content_block_stop"):
+            found = self._positions.get(int(data.get("index", -1)))
+            if found is not None and kind == "content_block_delta":
+                self._delta(found, data.get("delta") or {})
+            elif found is not None:
+                self._stop(found)
+            return found, False
+        elif kind == "message_delta":
+            self.envelope.update(data.get("delta") or {})
+            self.envelope.setdefault("usage", {}).update(data.get("usage") or {})
+        elif kind == "message_stop":
+            self.finished = True
+        return None, False
+
+    def _delta(self, position: int, delta: dict[str, Any]) -> None:
+        block = self.items[position].wire
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + str(delta.get("text", ""))
+        elif kind == "input_json_delta":
+            self._partials.setdefault(position, []).append(str(delta.get("partial_json", "")))
+        elif kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+        elif kind == "signature_delta":
+            block["signature"] = delta.get("signature", "")
+        elif kind == "citations_delta":
+            block.setdefault("citations", []).append(delta.get("citation"))
+
+    def _stop(self, position: int) -> None:
+        self._stopped.add(position)
+        item = self.items[position]
+        if position not in self._partials and item.call is None:
+            return
+        raw = "".join(self._partials.get(position, []))
+        arguments, error = parse_arguments(raw)
+        if not raw.strip() and isinstance(item.wire.get("input"), dict) and item.wire["input"]:
+            arguments, raw = item.wire["input"], compact(item.wire["input"])
+        item.wire["input"] = arguments if arguments is not None else {}
+        if item.call is not None:
+            item.call.arguments, item.call.parse_error = arguments, error
+            item.call.raw_arguments = raw if raw.strip() else "{}"
+
+    def finalize(self) -> None:
+        for position, item in enumerate(self.items):
+            if item.call is not None and position not in self._stopped:
+                item.call.truncated = True
+                item.call.arguments = None
+                item.call.raw_arguments = "".join(self._partials.get(position, []))
+                item.call.parse_error = "the tool input was cut off (max_tokens reached)"

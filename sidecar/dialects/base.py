@@ -1,0 +1,257 @@
+"""The mechanism every dialect shares: replies as ordered items, and stream assembly.
+
+A reply (non-streaming body or assembled stream) is an envelope plus an ordered list of
+items: tool calls, text, and everything else (thinking, server tools, images...), which
+passes untouched. Enforcement edits the item list; the dialect writes it back to its wire
+form, or renders the part of a stream that was held back.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+import orjson
+
+from sidecar.dialects.sse import SSEEvent
+from sidecar.model import Provider, RequestView, ToolCall
+
+
+class ItemKind(Enum):
+    CALL = "call"
+    TEXT = "text"
+    OTHER = "other"
+
+
+@dataclass(slots=True)
+class Item:
+    kind: ItemKind
+    wire: dict[str, Any]
+    call: ToolCall | None = None
+    # For streamed items: the events that carried it, replayed when the item is unchanged.
+    raw_events: list[SSEEvent] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Reply:
+    """A model response in neutral order; `envelope` is the wire body without its items."""
+
+    envelope: dict[str, Any]
+    items: list[Item]
+    complete: bool = True
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [item.call for item in self.items if item.call is not None]
+
+    @property
+    def first_call_position(self) -> int | None:
+        for position, item in enumerate(self.items):
+            if item.kind is ItemKind.CALL:
+                return position
+        return None
+
+
+def loads(data: bytes | str) -> Any:
+    """orjson first; stdlib as a fallback for what orjson refuses (e.g. 1e400 → inf)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def parse_arguments(raw: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """Model-written argument JSON → (object, None) or (None, reason naming the position)."""
+    if raw is None or not raw.strip():
+        return {}, None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return None, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+    if not isinstance(value, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(value), "a number"
+        )
+        return None, f"arguments must be a JSON object, got {kind}"
+    return value, None
+
+
+def compact(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+@dataclass(slots=True)
+class TailState:
+    """Per-stream counters a dialect needs when it renders events of its own."""
+
+    next_sequence: int = 0
+    role_sent: bool = False
+    forwarded_text: int = 0
+    envelope: dict[str, Any] = field(default_factory=dict)
+
+
+class StreamAssembler(ABC):
+    """Assembles a stream into a Reply while deciding what may be forwarded at once.
+
+    Everything up to the first client tool call streams through; from the first call on,
+    events are held until the stream ends, so the whole set of parallel calls is checked
+    before any of it reaches the agent.
+    """
+
+    def __init__(self) -> None:
+        self.items: list[Item] = []
+        self.envelope: dict[str, Any] = {}
+        self.held: list[SSEEvent] = []
+        self.holding = False
+        self.cut: int | None = None
+        self.error: SSEEvent | None = None
+        self.finished = False
+        self.tail = TailState()
+
+    def feed(self, event: SSEEvent) -> bool:
+        """True: forward the event now. False: it is held (see `held`)."""
+        if self.error is not None:
+            return False
+        position, starts_call = self.apply(event)
+        if self.error is not None:
+            return True  # errors are forwarded at once; held calls are discarded
+        if position is not None and position < len(self.items):
+            self.items[position].raw_events.append(event)
+        if starts_call and not self.holding:
+            self.holding = True
+            self.cut = position
+        if self.holding:
+            self.held.append(event)
+            return False
+        self.observe_forwarded(event)
+        return True
+
+    def reply(self) -> Reply:
+        self.finalize()
+        return Reply(self.envelope, self.items, complete=self.finished and self.error is None)
+
+    @abstractmethod
+    def apply(self, event: SSEEvent) -> tuple[int | None, bool]:
+        """Update the assembled state. Returns (item position or None, starts a call)."""
+
+    def observe_forwarded(self, event: SSEEvent) -> None:
+        """Hook for dialects that track what the client already received."""
+        return None
+
+    def finalize(self) -> None:
+        """Complete calls at end of stream (parse arguments, mark truncation)."""
+        return None
+
+
+class Dialect(ABC):
+    """One wire protocol: reads requests and replies, writes edited replies back."""
+
+    name: ClassVar[str]
+    provider: ClassVar[Provider]
+    # Envelope keys a later repair round overrides; None: the last round's envelope wins.
+    summary_keys: ClassVar[tuple[str, ...] | None] = ()
+    # The provider remembers outputs by response id (calls withheld must still be answered).
+    server_side_state: ClassVar[bool] = False
+
+    def merge_envelopes(self, first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
+        if self.summary_keys is None:
+            envelope = dict(last)
+        else:
+            envelope = dict(first)
+            envelope.update({k: last[k] for k in self.summary_keys if k in last})
+        if isinstance(first.get("usage"), dict):
+            envelope["usage"] = copy.deepcopy(first["usage"])
+        else:
+            envelope.pop("usage", None)
+        return envelope
+
+    # -- requests -----------------------------------------------------------------------
+    @abstractmethod
+    def read_request(self, body: dict[str, Any]) -> RequestView: ...
+
+    @abstractmethod
+    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def repair_request(
+        self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """The next request on the agent's behalf: the conversation, the model's turn, and
+        one tool result per call of that turn (outputs are in call order)."""
+
+    def add_withheld_outputs(
+        self, body: dict[str, Any], outputs: dict[str, str]
+    ) -> dict[str, Any]:
+        """Answer calls the provider remembers but the agent never saw (stateful APIs)."""
+        return body
+
+    # -- replies ------------------------------------------------------------------------
+    @abstractmethod
+    def read_reply(self, body: dict[str, Any]) -> Reply: ...
+
+    @abstractmethod
+    def write_reply(self, reply: Reply) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def text_item(self, text: str) -> Item: ...
+
+    @abstractmethod
+    def add_usage(self, total: dict[str, Any], extra: dict[str, Any]) -> None:
+        """Add `extra`'s usage into the envelope `total` (repair rounds are billed too)."""
+
+    @abstractmethod
+    def assembler(self) -> StreamAssembler: ...
+
+    @abstractmethod
+    def render_item(self, item: Item, position: int, reply: Reply, tail: TailState) -> bytes: ...
+
+    @abstractmethod
+    def render_end(self, reply: Reply, tail: TailState) -> bytes: ...
+
+    def render_tail(self, reply: Reply, start: int, tail: TailState) -> bytes:
+        """The stream from item `start` on, for a reply that differs from what was held."""
+        parts = [
+            self.render_item(item, position, reply, tail)
+            for position, item in enumerate(reply.items[start:], start)
+        ]
+        return b"".join(parts) + self.render_end(reply, tail)
+
+    def keepalive(self) -> bytes:
+        from sidecar.dialects.sse import KEEPALIVE_COMMENT
+
+        return KEEPALIVE_COMMENT
+
+    @abstractmethod
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """A provider-shaped HTTP error body, so SDKs raise their normal API errors."""
+
+    @staticmethod
+    def response_id(reply: Reply) -> str | None:
+        value = reply.envelope.get("id")
+        return value if isinstance(value, str) else None
+
+
+def add_numbers(total: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Recursive sum of numeric fields (usage objects nest their details)."""
+    for key, value in extra.items():
+        if isinstance(value, bool):
+            continue
+        current = total.get(key)
+        if isinstance(value, (int, float)):
+            total[key] = (current if isinstance(current, (int, float)) else 0) + value
+        elif isinstance(value, dict):
+            if not isinstance(current, dict):
+                current = {}
+                total[key] = current
+            add_numbers(current, value)
+
+
+def event_json(event: SSEEvent) -> Any:
+    try:
+        return loads(event.data)
+    except ValueError:
+        return None

@@ -1,0 +1,322 @@
+"""OpenAI Chat Completions (`POST /v1/chat/completions`).
+
+Items of choice 0: the message text first (always present, possibly empty), then one item per
+tool call. `tool_calls[].index` counts calls only. Other choices pass untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sidecar.dialects.base import (
+    Dialect,
+    Item,
+    ItemKind,
+    Reply,
+    StreamAssembler,
+    TailState,
+    add_numbers,
+    compact,
+    event_json,
+    parse_arguments,
+)
+from sidecar.dialects.sse import SSEEvent, format_event
+from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolDeclaration, ToolResult
+
+OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    504: "timeout",
+}
+
+_DONE = b"data: [DONE]\n\n"
+_ENVELOPE_KEYS = ("id", "object", "created", "model", "service_tier", "system_fingerprint")
+
+
+def openai_error_body(status: int, message: str) -> dict[str, Any]:
+    kind = OPENAI_ERROR_TYPES.get(status, "server_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+        )
+    return ""
+
+
+def result_size(content: Any) -> int:
+    return len(content.encode()) if isinstance(content, str) else len(orjson.dumps(content))
+
+
+def _call(wire: dict[str, Any], ordinal: int) -> ToolCall:
+    function = wire.get("function") or {}
+    raw = function.get("arguments")
+    raw = raw if isinstance(raw, str) else ("" if raw is None else compact(raw))
+    arguments, error = parse_arguments(raw)
+    return ToolCall(str(wire.get("id", "")), str(function.get("name", "")), arguments, raw, ordinal, error)
+
+
+def _finish_reason(reply: Reply, original: Any) -> Any:
+    if reply.calls:
+        return "tool_calls"
+    return "stop" if original == "tool_calls" else original
+
+
+class OpenAIChatDialect(Dialect):
+    name = "openai_chat"
+    provider = Provider.OPENAI
+    summary_keys = ("choices",)
+
+    def read_request(self, body: dict[str, Any]) -> RequestView:
+        view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
+        for tool in body.get("tools") or []:
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if tool.get("type") == "function" and isinstance(function, dict) and "name" in function:
+                name = str(function["name"])
+                view.declarations[name] = ToolDeclaration.create(
+                    name, function.get("parameters"), str(function.get("description") or "")
+                )
+        view.session_hint = body.get("user") or body.get("prompt_cache_key") or None
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        system = next((m for m in messages if m.get("role") in ("system", "developer")), {})
+        first_user = next((m for m in messages if m.get("role") == "user"), {})
+        view.session_seed = content_text(system.get("content")) + "\x00" + content_text(first_user.get("content"))
+        for message in messages:
+            role = message.get("role")
+            if role == "assistant":
+                view.results = []
+                for wire in message.get("tool_calls") or []:
+                    function = wire.get("function") or {}
+                    view.echoed_calls.append(
+                        EchoedCall(str(wire.get("id")), str(function.get("name")), function.get("arguments"))
+                    )
+            elif role == "tool":
+                content = message.get("content", "")
+                call_id = str(message.get("tool_call_id"))
+                view.results.append(ToolResult(call_id, content, False, message.get("name"), result_size(content)))
+        return view
+
+    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
+        tools = [
+            t for t in body.get("tools") or [] if (t.get("function") or {}).get("name") not in hidden
+        ]
+        return {**body, "tools": tools}
+
+    def repair_request(
+        self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]
+    ) -> dict[str, Any]:
+        text = "".join(str(i.wire.get("text", "")) for i in reply.items if i.kind is ItemKind.TEXT)
+        assistant = {
+            "role": "assistant",
+            "content": text or None,
+            "tool_calls": [i.wire for i in reply.items if i.kind is ItemKind.CALL],
+        }
+        tool_messages = [
+            {"role": "tool", "tool_call_id": call.id, "content": compact(payload)} for call, payload in outputs
+        ]
+        body = {**request, "messages": [*request.get("messages", []), assistant, *tool_messages]}
+        body.pop("stream_options", None)
+        body["stream"] = False
+        return body
+
+    def read_reply(self, body: dict[str, Any]) -> Reply:
+        envelope = dict(body)
+        choices = body.get("choices") or []
+        message = (choices[0].get("message") or {}) if choices else {}
+        content = message.get("content")
+        items = [self.text_item(content if isinstance(content, str) else "")]
+        for ordinal, wire in enumerate(message.get("tool_calls") or []):
+            items.append(Item(ItemKind.CALL, wire, _call(wire, ordinal)))
+        return Reply(envelope, items)
+
+    def write_reply(self, reply: Reply) -> dict[str, Any]:
+        body = dict(reply.envelope)
+        choices = [dict(c) for c in body.get("choices") or []]
+        if not choices:
+            return body
+        first = choices[0]
+        message = dict(first.get("message") or {})
+        text = "".join(str(i.wire.get("text", "")) for i in reply.items if i.kind is ItemKind.TEXT)
+        message["content"] = text if text or message.get("content") is not None else None
+        calls = [i.wire for i in reply.items if i.kind is ItemKind.CALL]
+        if calls:
+            message["tool_calls"] = calls
+        else:
+            message.pop("tool_calls", None)
+        first["message"] = message
+        first["finish_reason"] = _finish_reason(reply, first.get("finish_reason"))
+        body["choices"] = choices
+        return body
+
+    def text_item(self, text: str) -> Item:
+        return Item(ItemKind.TEXT, {"type": "text", "text": text})
+
+    def add_usage(self, total: dict[str, Any], extra: dict[str, Any]) -> None:
+        if isinstance(extra.get("usage"), dict):
+            current = total.get("usage")
+            usage: dict[str, Any] = current if isinstance(current, dict) else {}
+            add_numbers(usage, extra["usage"])
+            total["usage"] = usage
+
+    def assembler(self) -> StreamAssembler:
+        return _ChatStream()
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        return openai_error_body(status, message)
+
+    # -- stream tail ---------------------------------------------------------------------
+    def _chunk(self, tail: TailState, delta: dict[str, Any], finish: Any = None) -> bytes:
+        env = tail.envelope
+        chunk: dict[str, Any] = {k: env[k] for k in _ENVELOPE_KEYS if k in env}
+        if not tail.role_sent:
+            delta = {"role": "assistant", **delta}
+            tail.role_sent = True
+        chunk["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        if "usage" in env:
+            chunk["usage"] = None
+        return format_event(orjson.dumps(chunk))
+
+    def render_item(self, item: Item, position: int, reply: Reply, tail: TailState) -> bytes:
+        if item.kind is ItemKind.CALL:
+            ordinal = sum(1 for i in reply.items[:position] if i.kind is ItemKind.CALL)
+            wire = item.wire
+            function = wire.get("function") or {}
+            call = {
+                "index": ordinal,
+                "id": wire.get("id"),
+                "type": "function",
+                "function": {"name": function.get("name"), "arguments": function.get("arguments", "")},
+            }
+            return self._chunk(tail, {"tool_calls": [call]})
+        text = str(item.wire.get("text", ""))
+        return self._chunk(tail, {"content": text}) if text else b""
+
+    def render_tail(self, reply: Reply, start: int, tail: TailState) -> bytes:
+        # Text of the first turn that arrived while calls were held goes out first.
+        head = b""
+        if reply.items and reply.items[0].kind is ItemKind.TEXT and start > 0:
+            rest = str(reply.items[0].wire.get("text", ""))[tail.forwarded_text :]
+            head = self._chunk(tail, {"content": rest}) if rest else b""
+        return head + super().render_tail(reply, start, tail)
+
+    def render_end(self, reply: Reply, tail: TailState) -> bytes:
+        env = reply.envelope
+        choices = env.get("choices") or [{}]
+        finish = _finish_reason(reply, choices[0].get("finish_reason"))
+        out = self._chunk(tail, {}, finish)
+        if isinstance(env.get("usage"), dict):
+            usage_chunk = {k: tail.envelope[k] for k in _ENVELOPE_KEYS if k in tail.envelope}
+            usage_chunk["choices"] = []
+            usage_chunk["usage"] = env["usage"]
+            out += format_event(orjson.dumps(usage_chunk))
+        return out + _DONE
+
+
+class _ChatStream(StreamAssembler):
+    """Assembles choice 0; the envelope mimics a non-streaming completion."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items.append(Item(ItemKind.TEXT, {"type": "text", "text": ""}))
+        self._calls: dict[int, Item] = {}
+        self._partials: dict[int, list[str]] = {}
+        self._finish: Any = None
+        self._last: dict[str, Any] = {}
+
+    def apply(self, event: SSEEvent) -> tuple[int | None, bool]:
+        if event.data.startswith("[DONE]"):
+            self.finished = True
+            return None, False
+        data = event_json(event)
+        if not isinstance(data, dict):
+            return None, False
+        if data.get("error"):
+            self.error = event
+            return None, False
+        self._last = data
+        if not self.envelope:
+            self.envelope = {k: data[k] for k in _ENVELOPE_KEYS if k in data}
+            self.envelope["object"] = "chat.completion"
+            self.tail.envelope = {k: data[k] for k in _ENVELOPE_KEYS if k in data}
+        if "usage" in data:
+            self.tail.envelope.setdefault("usage", None)
+            if isinstance(data["usage"], dict):
+                self.envelope["usage"] = data["usage"]
+        first_position: int | None = None
+        started = False
+        for choice in data.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                text = self.items[0].wire
+                text["text"] += delta["content"]
+                first_position = 0 if first_position is None else first_position
+            for fragment in delta.get("tool_calls") or []:
+                position, new = self._fragment(fragment)
+                if first_position is None or first_position == 0:
+                    first_position = position
+                started = started or new
+            if choice.get("finish_reason") is not None:
+                self._finish = choice["finish_reason"]
+        return first_position, started
+
+    def _fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
+        key = int(fragment.get("index", len(self._calls)))
+        function = fragment.get("function") or {}
+        item = self._calls.get(key)
+        new = item is None
+        if item is None:
+            wire = {"id": fragment.get("id") or "", "type": "function",
+                    "function": {"name": function.get("name") or "", "arguments": ""}}
+            item = Item(ItemKind.CALL, wire)
+            self._calls[key] = item
+            self.items.append(item)
+        else:
+            # Compatible servers repeat id/name in later fragments: keep the first ones.
+            wire = item.wire
+            if not wire["id"] and fragment.get("id"):
+                wire["id"] = fragment["id"]
+            if not wire["function"]["name"] and function.get("name"):
+                wire["function"]["name"] = function["name"]
+        if isinstance(function.get("arguments"), str):
+            self._partials.setdefault(key, []).append(function["arguments"])
+        return self.items.index(item), new
+
+    def observe_forwarded(self, event: SSEEvent) -> None:
+        for choice in self._last.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if choice.get("index", 0) == 0:
+                self.tail.role_sent = self.tail.role_sent or "role" in delta
+                if isinstance(delta.get("content"), str):
+                    self.tail.forwarded_text += len(delta["content"])
+        self._last = {}
+
+    def finalize(self) -> None:
+        calls = [self._calls[k] for k in sorted(self._calls)]
+        for ordinal, item in enumerate(calls):
+            raw = "".join(self._partials.get(self._key(item), []))
+            item.wire["function"]["arguments"] = raw
+            item.call = _call(item.wire, ordinal)
+            if self._finish == "length":
+                item.call.truncated = True
+                item.call.arguments = None
+                item.call.parse_error = "the arguments were cut off (max_tokens reached)"
+        message: dict[str, Any] = {"role": "assistant", "content": self.items[0].wire["text"] or None}
+        self.envelope["choices"] = [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish}
+        ]
+
+    def _key(self, item: Item) -> int:
+        return next(k for k, v in self._calls.items() if v is item)

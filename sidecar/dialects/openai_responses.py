@@ -1,0 +1,281 @@
+"""OpenAI Responses API (`POST /v1/responses`).
+
+Output items are the items; `output_index` is an item's position in `response.output`.
+Client calls are `function_call` items. Every event carries a `sequence_number` that the
+sidecar renumbers on what it re-emits.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import orjson
+
+from sidecar.dialects.base import (
+    Dialect,
+    Item,
+    ItemKind,
+    Reply,
+    StreamAssembler,
+    TailState,
+    add_numbers,
+    compact,
+    event_json,
+    parse_arguments,
+)
+from sidecar.dialects.openai_chat import content_text, openai_error_body, result_size
+from sidecar.dialects.sse import SSEEvent, format_event
+from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolDeclaration, ToolResult
+
+_MODEL_ITEMS = {"function_call", "reasoning", "message", "custom_tool_call"}
+_TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+
+
+def _call(wire: dict[str, Any], ordinal: int) -> ToolCall:
+    raw = wire.get("arguments")
+    raw = raw if isinstance(raw, str) else ("" if raw is None else compact(raw))
+    arguments, error = parse_arguments(raw)
+    call = ToolCall(str(wire.get("call_id", "")), str(wire.get("name", "")), arguments, raw, ordinal, error)
+    if wire.get("status") == "incomplete":
+        call.truncated, call.arguments = True, None
+        call.parse_error = "the arguments were cut off (the response is incomplete)"
+    return call
+
+
+def _items(output: list[Any]) -> list[Item]:
+    items: list[Item] = []
+    ordinal = 0
+    for wire in output:
+        if not isinstance(wire, dict):
+            continue
+        if wire.get("type") == "function_call":
+            items.append(Item(ItemKind.CALL, wire, _call(wire, ordinal)))
+            ordinal += 1
+        else:
+            items.append(Item(ItemKind.OTHER, wire))
+    return items
+
+
+class OpenAIResponsesDialect(Dialect):
+    name = "openai_responses"
+    provider = Provider.OPENAI
+    summary_keys = None
+    server_side_state = True
+
+    def read_request(self, body: dict[str, Any]) -> RequestView:
+        view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
+        for tool in body.get("tools") or []:
+            if isinstance(tool, dict) and tool.get("type") == "function" and "name" in tool:
+                name = str(tool["name"])
+                view.declarations[name] = ToolDeclaration.create(
+                    name, tool.get("parameters"), str(tool.get("description") or "")
+                )
+        view.session_hint = body.get("prompt_cache_key") or body.get("user") or None
+        view.previous_response_id = body.get("previous_response_id")
+        view.store = body.get("store", True) is not False
+        items = body.get("input")
+        if isinstance(items, str):
+            view.session_seed = str(body.get("instructions") or "") + "\x00" + items
+            return view
+        items = [i for i in items or [] if isinstance(i, dict)]
+        first_user: dict[str, Any] = next((i for i in items if i.get("role") == "user"), {})
+        view.session_seed = str(body.get("instructions") or "") + "\x00" + content_text(first_user.get("content"))
+        for item in items:
+            kind = item.get("type")
+            if kind == "function_call_output":
+                output = item.get("output", "")
+                view.results.append(ToolResult(str(item.get("call_id")), output, False, None, result_size(output)))
+            elif kind in _MODEL_ITEMS or item.get("role") == "assistant":
+                view.results = []
+                if kind == "function_call":
+                    view.echoed_calls.append(
+                        EchoedCall(str(item.get("call_id")), str(item.get("name")), item.get("arguments"))
+                    )
+        return view
+
+    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
+        tools = [t for t in body.get("tools") or [] if not (t.get("type") == "function" and t.get("name") in hidden)]
+        return {**body, "tools": tools}
+
+    def repair_request(
+        self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]
+    ) -> dict[str, Any]:
+        answers = [
+            {"type": "function_call_output", "call_id": call.id, "output": compact(payload)}
+            for call, payload in outputs
+        ]
+        body = {**request, "stream": False}
+        reply_id = self.response_id(reply)
+        if request.get("store", True) is not False and reply_id:
+            # The provider holds the conversation: continue from the refused response.
+            body["previous_response_id"] = reply_id
+            body["input"] = answers
+            return body
+        previous = request.get("input")
+        history = [{"role": "user", "content": previous}] if isinstance(previous, str) else list(previous or [])
+        body["input"] = [*history, *(item.wire for item in reply.items), *answers]
+        return body
+
+    def add_withheld_outputs(self, body: dict[str, Any], outputs: dict[str, str]) -> dict[str, Any]:
+        items = body.get("input")
+        items = [{"role": "user", "content": items}] if isinstance(items, str) else list(items or [])
+        answered = {i.get("call_id") for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"}
+        extra = [
+            {"type": "function_call_output", "call_id": call_id, "output": output}
+            for call_id, output in outputs.items()
+            if call_id not in answered
+        ]
+        return {**body, "input": [*extra, *items]} if extra else body
+
+    def read_reply(self, body: dict[str, Any]) -> Reply:
+        envelope = dict(body)
+        envelope["output"] = []
+        return Reply(envelope, _items(body.get("output") or []))
+
+    def write_reply(self, reply: Reply) -> dict[str, Any]:
+        body = dict(reply.envelope)
+        body["output"] = [item.wire for item in reply.items]
+        return body
+
+    def text_item(self, text: str) -> Item:
+        wire = {
+            "id": "msg_sidecar_" + secrets.token_hex(12),
+            "type": "message",
+            "status": "completed",
+            "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": text}],
+            "role": "assistant",
+        }
+        return Item(ItemKind.TEXT, wire)
+
+    def add_usage(self, total: dict[str, Any], extra: dict[str, Any]) -> None:
+        if isinstance(extra.get("usage"), dict):
+            current = total.get("usage")
+            usage: dict[str, Any] = current if isinstance(current, dict) else {}
+            add_numbers(usage, extra["usage"])
+            total["usage"] = usage
+
+    def assembler(self) -> StreamAssembler:
+        return _ResponsesStream()
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        return openai_error_body(status, message)
+
+    # -- stream tail ---------------------------------------------------------------------
+    def _event(self, tail: TailState, data: dict[str, Any]) -> bytes:
+        data["sequence_number"] = tail.next_sequence
+        tail.next_sequence += 1
+        return format_event(orjson.dumps(data), str(data["type"]))
+
+    def render_item(self, item: Item, position: int, reply: Reply, tail: TailState) -> bytes:
+        if item.raw_events:
+            out = []
+            for event in item.raw_events:
+                data = event_json(event)
+                if isinstance(data, dict):
+                    if "output_index" in data:
+                        data["output_index"] = position
+                    out.append(self._event(tail, data))
+            return b"".join(out)
+        wire = item.wire
+        item_id = wire.get("id")
+        base = {"output_index": position}
+        events: list[dict[str, Any]] = []
+        if wire.get("type") == "function_call":
+            arguments = wire.get("arguments", "")
+            events = [
+                {"type": "response.output_item.added", **base,
+                 "item": {**wire, "status": "in_progress", "arguments": ""}},
+                {"type": "response.function_call_arguments.delta", "item_id": item_id, **base, "delta": arguments},
+                {"type": "response.function_call_arguments.done", "item_id": item_id, **base,
+                 "arguments": arguments, "name": wire.get("name")},
+            ]
+        elif wire.get("type") == "message":
+            events = [{"type": "response.output_item.added", **base,
+                       "item": {**wire, "status": "in_progress", "content": []}}]
+            for index, part in enumerate(wire.get("content") or []):
+                where = {"item_id": item_id, **base, "content_index": index}
+                text = str(part.get("text", ""))
+                events += [
+                    {"type": "response.content_part.added", **where, "part": {**part, "text": ""}},
+                    {"type": "response.output_text.delta", **where, "delta": text, "logprobs": []},
+                    {"type": "response.output_text.done", **where, "text": text, "logprobs": []},
+                    {"type": "response.content_part.done", **where, "part": part},
+                ]
+        else:
+            events = [{"type": "response.output_item.added", **base, "item": wire}]
+        events.append({"type": "response.output_item.done", **base, "item": wire})
+        return b"".join(self._event(tail, e) for e in events)
+
+    def render_end(self, reply: Reply, tail: TailState) -> bytes:
+        response = self.write_reply(reply)
+        kind = {"incomplete": "response.incomplete", "failed": "response.failed"}.get(
+            str(response.get("status")), "response.completed"
+        )
+        return self._event(tail, {"type": kind, "response": response})
+
+
+class _ResponsesStream(StreamAssembler):
+    def __init__(self) -> None:
+        super().__init__()
+        self._positions: dict[int, int] = {}
+        self._ordinal = 0
+        self._sequence: int | None = None
+
+    def apply(self, event: SSEEvent) -> tuple[int | None, bool]:
+        data = event_json(event)
+        if not isinstance(data, dict):
+            return None, False
+        kind = data.get("type") or event.event
+        self._sequence = data.get("sequence_number") if isinstance(data.get("sequence_number"), int) else None
+        if kind == "error":
+            self.error = event
+            return None, False
+        if kind in ("response.created", "response.in_progress") or kind in _TERMINAL:
+            response = dict(data.get("response") or {})
+            final_output = response.get("output") or []
+            response["output"] = []
+            self.envelope = response
+            if kind in _TERMINAL:
+                self.finished = True
+                self._adopt_final(final_output)
+            return None, False
+        if "output_index" not in data:
+            return None, False
+        index = int(data["output_index"])
+        if kind == "response.output_item.added":
+            wire = dict(data.get("item") or {})
+            position = len(self.items)
+            self._positions[index] = position
+            is_call = wire.get("type") == "function_call"
+            self.items.append(Item(ItemKind.CALL if is_call else ItemKind.OTHER, wire))
+            return position, is_call
+        found = self._positions.get(index)
+        if found is None:
+            return None, False
+        item = self.items[found]
+        if kind == "response.function_call_arguments.delta":
+            item.wire["arguments"] = str(item.wire.get("arguments", "")) + str(data.get("delta", ""))
+        elif kind == "response.output_item.done":
+            item.wire = dict(data.get("item") or item.wire)
+        return found, False
+
+    def _adopt_final(self, output: list[Any]) -> None:
+        # The terminal event carries the authoritative items (the SDK reads them from there).
+        for position, wire in enumerate(output):
+            if position < len(self.items) and isinstance(wire, dict):
+                self.items[position].wire = wire
+
+    def observe_forwarded(self, event: SSEEvent) -> None:
+        if self._sequence is not None:
+            self.tail.next_sequence = self._sequence + 1
+
+    def finalize(self) -> None:
+        ordinal = 0
+        for item in self.items:
+            if item.kind is ItemKind.CALL:
+                item.call = _call(item.wire, ordinal)
+                if item.wire.get("status") == "in_progress":
+                    item.call.truncated, item.call.arguments = True, None
+                    item.call.parse_error = "the call was not completed"
+                ordinal += 1

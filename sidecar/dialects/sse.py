@@ -1,0 +1,107 @@
+"""Incremental Server-Sent Events parsing that keeps every event's exact bytes.
+
+Events the sidecar does not change are forwarded as the bytes that arrived, so the parser
+records each event's raw framing (CR, LF or CRLF line ends, padding, comments) untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class SSEEvent:
+    raw: bytes
+    event: str | None
+    data: str
+
+    @property
+    def is_comment(self) -> bool:
+        return self.event is None and not self.data
+
+
+def format_event(data: bytes | str, event: str | None = None) -> bytes:
+    """One event in the canonical framing the providers use."""
+    payload = data.encode() if isinstance(data, str) else data
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + payload + b"\n\n"
+
+
+KEEPALIVE_COMMENT = b": keepalive\n\n"
+
+
+class SSEParser:
+    """Feed it bytes as they arrive; it returns whole events (WHATWG field rules)."""
+
+    __slots__ = ("_buffer", "_data", "_event", "_has_fields", "_raw")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._raw = bytearray()
+        self._event: str | None = None
+        self._data: list[str] = []
+        self._has_fields = False
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        self._buffer += chunk
+        events: list[SSEEvent] = []
+        buffer = self._buffer
+        start = 0
+        size = len(buffer)
+        while start < size:
+            lf = buffer.find(b"\n", start)
+            cr = buffer.find(b"\r", start)
+            if cr != -1 and (lf == -1 or cr < lf):
+                if cr + 1 == size:
+                    break  # a CR at the end may be the first half of CRLF: wait for more
+                end = cr + 2 if buffer[cr + 1 : cr + 2] == b"\n" else cr + 1
+                line_end = cr
+            elif lf != -1:
+                end = lf + 1
+                line_end = lf
+            else:
+                break
+            line = buffer[start:line_end]
+            self._raw += buffer[start:end]
+            start = end
+            event = self._line(line)
+            if event is not None:
+                events.append(event)
+        self._buffer = buffer[start:]
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        """At end of stream: an unterminated last event still counts (as browsers do not)."""
+        events = self.feed(b"")
+        if self._buffer:
+            self._raw += self._buffer
+            self._line(self._buffer)
+            self._buffer = b""
+        if self._has_fields or self._raw.strip():
+            events.append(self._finish())
+        return events
+
+    def _line(self, line: bytes) -> SSEEvent | None:
+        if not line:
+            # A blank line with nothing before it: its bytes stay with the next event.
+            return self._finish() if (self._has_fields or self._raw.strip()) else None
+        if line.startswith(b":"):
+            return None
+        name, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value.decode("utf-8", "replace"))
+            self._has_fields = True
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+            self._has_fields = True
+        return None
+
+    def _finish(self) -> SSEEvent:
+        event = SSEEvent(bytes(self._raw), self._event, "\n".join(self._data))
+        self._raw = bytearray()
+        self._event = None
+        self._data = []
+        self._has_fields = False
+        return event

@@ -1,0 +1,181 @@
+"""Applies verdicts to a model reply: pass, repair round with the model, or block.
+
+The agent receives one ordinary reply containing only allowed calls. A refused call is
+answered to the model (repair round) on the agent's behalf; the calls of the same turn that
+were allowed are answered `not_run` so the model re-issues the whole set together.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sidecar.addons import Addons
+from sidecar.config import Settings
+from sidecar.context import CallCheck, Exchange
+from sidecar.dialects.base import ItemKind, Reply, compact
+from sidecar.guards.base import GuardChain
+from sidecar.model import NOT_RUN_PAYLOAD, ToolCall
+
+log = logging.getLogger("sidecar.enforce")
+
+# Sends a repair request upstream and returns the parsed reply body.
+RepairSender = Callable[[Exchange, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class RepairFailed(Exception):
+    """The upstream answered a repair round with an error: stop repairing."""
+
+
+@dataclass(slots=True)
+class Settlement:
+    reply: Reply
+    changed: bool
+    rounds: int = 0
+    delivered: list[ToolCall] = field(default_factory=list)
+
+
+class WithheldCalls:
+    """Calls a stateful provider remembers but the agent never saw, keyed by response id.
+
+    The Responses API with `store` keeps the original output; the agent's next turn
+    (`previous_response_id`) must still answer those calls, so the sidecar answers for it.
+    """
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._entries: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._capacity = capacity
+
+    async def remember(self, response_id: str, outputs: dict[str, str]) -> None:
+        self._entries[response_id] = outputs
+        self._entries.move_to_end(response_id)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+    async def outputs_for(self, response_id: str) -> dict[str, str]:
+        return dict(self._entries.get(response_id, {}))
+
+
+def explanation(checks: list[CallCheck]) -> str:
+    lines = ["[sidecar] These tool calls were not run:"]
+    for check in checks:
+        call = check.call
+        if check.verdict.allowed:
+            lines.append(f"- {call.name} ({call.id}): not run because another call of this turn was refused")
+        else:
+            lines.append(f"- {call.name} ({call.id}): {check.verdict.summary()}")
+    return "\n".join(lines)
+
+
+class Enforcer:
+    def __init__(
+        self,
+        settings: Settings,
+        guards: GuardChain,
+        addons: Addons,
+        send: RepairSender,
+        withheld: WithheldCalls | None = None,
+    ) -> None:
+        self.settings = settings
+        self.guards = guards
+        self.addons = addons
+        self.send = send
+        self.withheld = withheld or WithheldCalls()
+
+    def _plan(self, checks: list[CallCheck]) -> str:
+        """pass | repair | block, after observe-mode refusals are let through."""
+        plan = "pass"
+        for check in checks:
+            if check.verdict.allowed:
+                continue
+            mode = self.settings.mode_for(check.call.name)
+            if mode == "observe":
+                check.observed.append(check.verdict)
+                check.action = "observed"
+                continue
+            if mode == "block" or self.settings.enforcement.max_repair_rounds == 0:
+                return "block"
+            plan = "repair"
+        return plan
+
+    async def settle(self, exchange: Exchange, reply: Reply, cut: int | None) -> Settlement:
+        if not reply.calls or cut is None:
+            return Settlement(reply, False)
+        checks = await self.guards.check(exchange, reply.calls)
+        plan = self._plan(checks)
+        if plan == "pass":
+            await self.addons.checked(exchange, checks)
+            return Settlement(reply, False, delivered=reply.calls)
+        if plan == "block":
+            final = await self._block(exchange, reply, checks)
+            return Settlement(final, True)
+        return await self._repair(exchange, reply, cut, checks)
+
+    async def _repair(
+        self, exchange: Exchange, first: Reply, cut: int, checks: list[CallCheck]
+    ) -> Settlement:
+        dialect = exchange.dialect
+        request = exchange.request
+        current = first
+        spent: list[Reply] = []
+        for round_number in range(1, self.settings.enforcement.max_repair_rounds + 1):
+            outputs = []
+            for check in checks:
+                refused = not check.verdict.allowed and check.action != "observed"
+                check.action = "repair" if refused else "not_run"
+                outputs.append((check.call, check.verdict.model_payload() if refused else NOT_RUN_PAYLOAD))
+            await self.addons.checked(exchange, checks)
+            request = dialect.repair_request(request, current, outputs)
+            try:
+                body = await self.send(exchange, request)
+            except RepairFailed as exc:
+                log.warning("repair round %d failed upstream: %s", round_number, exc)
+                break
+            exchange.repair_rounds = round_number
+            current = dialect.read_reply(body)
+            spent.append(current)
+            checks = await self.guards.check(exchange, current.calls, round_number)
+            plan = self._plan(checks)
+            if plan == "pass":
+                await self.addons.checked(exchange, checks)
+                await self.addons.repaired(exchange, "corrected")
+                final = self._merge(exchange, first, cut, current, spent)
+                return Settlement(final, True, round_number, current.calls)
+            if plan == "block":
+                break
+        await self.addons.repaired(exchange, "exhausted")
+        blocked = await self._block(exchange, current, checks)
+        final = self._merge(exchange, first, cut, blocked, spent) if spent else blocked
+        return Settlement(final, True, exchange.repair_rounds)
+
+    async def _block(self, exchange: Exchange, reply: Reply, checks: list[CallCheck]) -> Reply:
+        """Remove every call of the turn and say why in text: no half-refused set."""
+        for check in checks:
+            if check.action not in ("observed",):
+                check.action = "blocked" if not check.verdict.allowed else "not_run"
+        await self.addons.checked(exchange, checks)
+        dialect = exchange.dialect
+        items = [item for item in reply.items if item.kind is not ItemKind.CALL]
+        items.append(dialect.text_item(explanation(checks)))
+        blocked = Reply(reply.envelope, items, reply.complete)
+        response_id = dialect.response_id(reply)
+        if dialect.server_side_state and response_id:
+            outputs = {
+                c.call.id: compact(c.verdict.model_payload() if not c.verdict.allowed else NOT_RUN_PAYLOAD)
+                for c in checks
+            }
+            await self.withheld.remember(response_id, outputs)
+        return blocked
+
+    @staticmethod
+    def _merge(exchange: Exchange, first: Reply, cut: int, last: Reply, spent: list[Reply]) -> Reply:
+        """What the agent already got (items before the cut) + the last round, usage summed."""
+        dialect = exchange.dialect
+        envelope = dialect.merge_envelopes(first.envelope, last.envelope)
+        if "usage" in envelope:
+            for extra in spent:
+                dialect.add_usage(envelope, extra.envelope)
+        return Reply(envelope, first.items[:cut] + last.items, last.complete)

@@ -1,0 +1,278 @@
+"""The proxy port's request handler: route, forward, read both directions, enforce.
+
+Endpoints without a dialect are forwarded untouched. Parsed endpoints go through the
+dialect, the addons and the enforcer; bytes nobody changed are forwarded as they arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+
+from sidecar.addons import Addons
+from sidecar.config import Settings
+from sidecar.context import Exchange
+from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
+from sidecar.dialects.base import Dialect, loads
+from sidecar.dialects.sse import SSEParser
+from sidecar.enforce import Enforcer, RepairFailed
+from sidecar.identity import session_id
+from sidecar.model import Provider
+from sidecar.proxy.headers import downstream_response_headers, upstream_request_headers
+from sidecar.proxy.routing import Route, resolve, upstream_url
+from sidecar.proxy.upstream import UpstreamError, Upstreams
+
+log = logging.getLogger("sidecar.proxy")
+
+REPAIR_HEADER = "x-sidecar-repair-rounds"
+_READ_CHUNK = 64 * 1024
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() in ("application/json", "")
+
+
+def _is_sse(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+
+class ProxyHandler:
+    def __init__(self, settings: Settings, upstreams: Upstreams, enforcer: Enforcer, addons: Addons) -> None:
+        self.settings = settings
+        self.upstreams = upstreams
+        self.enforcer = enforcer
+        self.addons = addons
+
+    # -- entry point ---------------------------------------------------------------------
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        route = resolve(request.method, request.path, request.headers)
+        error_dialect = route.dialect or (ANTHROPIC if route.provider is Provider.ANTHROPIC else OPENAI_CHAT)
+        try:
+            body = await self._read_body(request)
+        except BodyTooLarge:
+            limit = self.settings.max_body_bytes
+            return self._error(error_dialect, 413, f"request body exceeds the sidecar limit of {limit} bytes")
+        url = upstream_url(self.upstreams.bases[route.provider], route.path, request.query_string)
+        headers = upstream_request_headers(request.headers, drop=[self.settings.session_header])
+        payload = self._json_object(body) if route.dialect is not None else None
+        try:
+            if route.dialect is None or payload is None:
+                return await self._passthrough(request, url, headers, body)
+            return await self._exchange(request, route, route.dialect, url, headers, payload, body)
+        except UpstreamError as exc:
+            return self._error(error_dialect, exc.status, exc.message)
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        limit = self.settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise BodyTooLarge
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await request.content.read(_READ_CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @staticmethod
+    def _json_object(body: bytes) -> dict[str, Any] | None:
+        try:
+            value = loads(body)
+        except ValueError:
+            return None  # not ours to judge: the provider answers malformed requests
+        return value if isinstance(value, dict) else None
+
+    @staticmethod
+    def _error(dialect: Dialect, status: int, message: str) -> web.Response:
+        return web.Response(
+            body=orjson.dumps(dialect.error_body(status, message)),
+            status=status,
+            content_type="application/json",
+        )
+
+    # -- untouched forwarding ------------------------------------------------------------
+    async def _passthrough(
+        self, request: web.Request, url: Any, headers: CIMultiDict[str], body: bytes
+    ) -> web.StreamResponse:
+        upstream = await self.upstreams.open(request.method, url, headers, body)
+        async with upstream:
+            downstream = web.StreamResponse(
+                status=upstream.status, reason=upstream.reason,
+                headers=downstream_response_headers(upstream.headers),
+            )
+            await downstream.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await downstream.write(chunk)
+            except (TimeoutError, aiohttp.ClientPayloadError) as exc:
+                log.warning("upstream body ended early on %s: %s", url.path, type(exc).__name__)
+                return downstream
+            await downstream.write_eof()
+            return downstream
+
+    # -- parsed endpoints ----------------------------------------------------------------
+    async def _exchange(
+        self,
+        request: web.Request,
+        route: Route,
+        dialect: Dialect,
+        url: Any,
+        headers: CIMultiDict[str],
+        payload: dict[str, Any],
+        body: bytes,
+    ) -> web.StreamResponse:
+        view = dialect.read_request(payload)
+        exchange = Exchange(
+            id=secrets.token_hex(8),
+            provider=route.provider,
+            dialect=dialect,
+            session=session_id(request.headers, self.settings.session_header, view),
+            view=view,
+            request=payload,
+            url=url,
+            headers=headers,
+        )
+        if view.previous_response_id and dialect.server_side_state:
+            withheld = await self.enforcer.withheld.outputs_for(view.previous_response_id)
+            if withheld:
+                exchange.request = dialect.add_withheld_outputs(exchange.request, withheld)
+        await self.addons.request(exchange)
+        outgoing = body if exchange.request is payload else orjson.dumps(exchange.request)
+        sent = time.perf_counter()
+        upstream = await self.upstreams.open("POST", url, headers, outgoing)
+        async with upstream:
+            exchange.upstream_seconds += time.perf_counter() - sent
+            content_type = upstream.headers.get("Content-Type", "")
+            if upstream.status == 200 and _is_sse(content_type):
+                return await self._stream(request, exchange, upstream)
+            return await self._whole(exchange, upstream, content_type)
+
+    async def _timed_read(self, exchange: Exchange, upstream: aiohttp.ClientResponse) -> bytes:
+        started = time.perf_counter()
+        try:
+            return await upstream.read()
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise UpstreamError(504, "upstream timed out while sending its response") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(502, f"upstream response failed: {type(exc).__name__}") from exc
+        finally:
+            exchange.upstream_seconds += time.perf_counter() - started
+
+    async def _whole(
+        self, exchange: Exchange, upstream: aiohttp.ClientResponse, content_type: str
+    ) -> web.StreamResponse:
+        raw = await self._timed_read(exchange, upstream)
+        await self.addons.upstream(exchange, upstream.status, exchange.upstream_seconds)
+        headers = downstream_response_headers(upstream.headers)
+        parsed = self._json_object(raw) if upstream.status == 200 and _is_json(content_type) else None
+        if parsed is not None:
+            dialect = exchange.dialect
+            reply = dialect.read_reply(parsed)
+            settlement = await self.enforcer.settle(exchange, reply, reply.first_call_position)
+            if settlement.changed:
+                raw = orjson.dumps(dialect.write_reply(settlement.reply))
+            if exchange.repair_rounds:
+                headers[REPAIR_HEADER] = str(exchange.repair_rounds)
+            await self.addons.delivered(exchange, settlement.delivered)
+        response = web.Response(body=raw, status=upstream.status, reason=upstream.reason, headers=headers)
+        await self._done(exchange, upstream.status, stream=False)
+        return response
+
+    async def _stream(
+        self, request: web.Request, exchange: Exchange, upstream: aiohttp.ClientResponse
+    ) -> web.StreamResponse:
+        downstream = web.StreamResponse(status=200, headers=downstream_response_headers(upstream.headers))
+        await downstream.prepare(request)
+        assembler = exchange.dialect.assembler()
+        parser = SSEParser()
+        try:
+            while True:
+                started = time.perf_counter()
+                chunk = await upstream.content.readany()
+                exchange.upstream_seconds += time.perf_counter() - started
+                events = parser.feed(chunk) if chunk else parser.flush()
+                for event in events:
+                    if assembler.feed(event):
+                        await downstream.write(event.raw)
+                if not chunk:
+                    break
+        except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError) as exc:
+            log.warning("upstream stream ended early: %s", type(exc).__name__)
+            await self.addons.upstream(exchange, 599, exchange.upstream_seconds)
+            return downstream  # held calls are discarded: never release a partial call
+        await self.addons.upstream(exchange, 200, exchange.upstream_seconds)
+        reply = assembler.reply()
+        if assembler.error is None and assembler.held:
+            if not reply.complete:
+                log.warning("stream ended without its terminator: held calls discarded")
+                return downstream
+            settlement = await self._settle_with_keepalive(exchange, downstream, reply, assembler.cut)
+            if settlement.changed:
+                start = assembler.cut if assembler.cut is not None else len(reply.items)
+                await downstream.write(exchange.dialect.render_tail(settlement.reply, start, assembler.tail))
+            else:
+                await downstream.write(b"".join(event.raw for event in assembler.held))
+            await self.addons.delivered(exchange, settlement.delivered)
+        await downstream.write_eof()
+        await self._done(exchange, 200, stream=True)
+        return downstream
+
+    async def _settle_with_keepalive(
+        self, exchange: Exchange, downstream: web.StreamResponse, reply: Any, cut: int | None
+    ) -> Any:
+        """Keep the client's connection alive while guards and repair rounds run."""
+        task = asyncio.ensure_future(self.enforcer.settle(exchange, reply, cut))
+        interval = self.settings.enforcement.keepalive_interval_s
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=interval)
+                if done:
+                    return task.result()
+                await downstream.write(exchange.dialect.keepalive())
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _done(self, exchange: Exchange, status: int, stream: bool) -> None:
+        overhead = max(0.0, time.perf_counter() - exchange.started - exchange.upstream_seconds)
+        await self.addons.done(exchange, status, overhead, stream)
+
+
+class RepairChannel:
+    """The enforcer's way upstream: same URL and headers as the agent's own request."""
+
+    def __init__(self, upstreams: Upstreams, addons: Addons) -> None:
+        self.upstreams = upstreams
+        self.addons = addons
+
+    async def __call__(self, exchange: Exchange, body: dict[str, Any]) -> dict[str, Any]:
+        sent = time.perf_counter()
+        try:
+            upstream = await self.upstreams.open("POST", exchange.url, exchange.headers, orjson.dumps(body))
+            async with upstream:
+                raw = await upstream.read()
+        except (TimeoutError, UpstreamError, aiohttp.ClientError) as exc:
+            raise RepairFailed(str(exc)) from exc
+        finally:
+            exchange.upstream_seconds += time.perf_counter() - sent
+        await self.addons.upstream(exchange, upstream.status, time.perf_counter() - sent)
+        parsed = ProxyHandler._json_object(raw)
+        if upstream.status != 200 or parsed is None:
+            raise RepairFailed(f"upstream answered {upstream.status}: {raw[:300]!r}")
+        return parsed

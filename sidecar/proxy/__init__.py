@@ -1,0 +1,1 @@
+"""Transport only: routing to the configured upstreams, header hygiene, forwarding."""

@@ -1,0 +1,48 @@
+"""Fixtures shared by the whole suite: a scripted model and a sidecar in front of it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from sidecar.app import Running, start
+from sidecar.config import load_settings
+from sidecar.scripted import ScriptedModel
+
+StartSidecar = Callable[..., Awaitable[Running]]
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[ScriptedModel]:
+    async with ScriptedModel([]) as scripted:
+        yield scripted
+
+
+@pytest.fixture
+async def start_sidecar(model: ScriptedModel, tmp_path: Any) -> AsyncIterator[StartSidecar]:
+    """Starts sidecars on free ports, upstreams pointing at the scripted model."""
+    running: list[Running] = []
+
+    async def _start(**overrides: Any) -> Running:
+        flags: dict[str, Any] = {
+            "listen": "127.0.0.1:0",
+            "admin_listen": "127.0.0.1:0",
+            "anthropic_upstream": model.url,
+            "openai_upstream": model.url,
+            "rejection_log": {"path": str(tmp_path / "rejections.jsonl")},
+        }
+        flags.update(overrides)
+        sidecar = await start(load_settings(flags=flags, environ={}))
+        running.append(sidecar)
+        return sidecar
+
+    yield _start
+    for sidecar in running:
+        await sidecar.stop()
+
+
+@pytest.fixture
+async def sidecar(start_sidecar: StartSidecar) -> Running:
+    return await start_sidecar()
