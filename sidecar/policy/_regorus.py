@@ -65,17 +65,12 @@ def clean_error(exc: BaseException) -> RegoError:
     message = err.group("msg").strip() if err else (text.splitlines()[-1] if text else repr(exc))
     if loc is None:
         return RegoError(message, detail=text)
-    return RegoError(
-        message, loc.group("file"), int(loc.group("line")), int(loc.group("col")), text
-    )
+    return RegoError(message, loc.group("file"), int(loc.group("line")), int(loc.group("col")), text)
 
 
 def is_fatal(exc: BaseException) -> bool:
     """Exceptions never to swallow while catching BaseException (needed for PanicException)."""
-    return (
-        isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit))
-        or type(exc).__name__ == "CancelledError"
-    )
+    return isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)) or type(exc).__name__ == "CancelledError"
 
 
 def to_plain(value: Any) -> Any:
@@ -135,9 +130,7 @@ class Engine:
         return Engine(self._raw.clone())
 
 
-def static_check(
-    modules: list[tuple[str, str]], data: dict[str, Any], entry_points: list[str]
-) -> None:
+def static_check(modules: list[tuple[str, str]], data: dict[str, Any], entry_points: list[str]) -> None:
     """Find unknown functions anywhere in the policy (evaluation only finds those it reaches).
 
     Uses regorus' RVM compiler, which resolves every call statically. The RVM is experimental,

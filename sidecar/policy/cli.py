@@ -50,11 +50,7 @@ def _duration(seconds: float) -> str:
 
 def _print_rego_error(err: RegoError, out: TextIO) -> None:
     out.write(f"{err}\n")
-    detail = [
-        line
-        for line in err.detail.splitlines()
-        if line.strip() and not line.lstrip().startswith("-->")
-    ]
+    detail = [line for line in err.detail.splitlines() if line.strip() and not line.lstrip().startswith("-->")]
     for line in detail:
         if not line.startswith("error:"):
             out.write(f"    {line}\n")
@@ -72,9 +68,7 @@ def _parse_each(modules: tuple[tuple[str, str], ...], out: TextIO) -> int:
     return errors
 
 
-def run_tests(
-    directory: str = DEFAULT_DIR, verbose: bool = False, *, out: TextIO | None = None
-) -> int:
+def run_tests(directory: str = DEFAULT_DIR, verbose: bool = False, *, out: TextIO | None = None) -> int:
     """Run every `test_*` rule of the `*_test.rego` files under `directory`; 0 if all pass."""
     out = out or sys.stdout
     try:
@@ -160,9 +154,7 @@ def check(directory: str = DEFAULT_DIR, *, out: TextIO | None = None) -> int:
     return 0
 
 
-def eval_input(
-    directory: str, input_file: str, *, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
+def eval_input(directory: str, input_file: str, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Evaluate one input document (phase picks the rule); print the result and the time."""
     out = out or sys.stdout
     err = err or sys.stderr
@@ -211,9 +203,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
     Each leaf sets `func`, a callable taking the parsed Namespace and returning the exit code.
     """
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "policy", help="test, check or evaluate Rego policies"
-    )
+    parser: argparse.ArgumentParser = subparsers.add_parser("policy", help="test, check or evaluate Rego policies")
     sub = parser.add_subparsers(dest="policy_command", required=True)
 
     test = sub.add_parser("test", help="run *_test.rego suites (like opa test)")

@@ -77,9 +77,7 @@ class MalformedDecision(ValueError):
 def decision_from_value(value: Any) -> Decision:
     """Validate a decision document (the contract shape) into a Decision."""
     if not isinstance(value, dict) or not isinstance(value.get("allow"), bool):
-        raise MalformedDecision(
-            f"decision must be an object with a boolean 'allow', got {value!r:.200}"
-        )
+        raise MalformedDecision(f"decision must be an object with a boolean 'allow', got {value!r:.200}")
     reasons = value.get("reasons", [])
     if isinstance(reasons, str):
         reasons = [reasons]
@@ -104,17 +102,13 @@ def decision_from_value(value: Any) -> Decision:
 
 def undefined_decision() -> Decision:
     """An undefined data.sidecar.decision counts as deny (no policy said yes)."""
-    return Decision(
-        False, ["no policy decision for this call (data.sidecar.decision is undefined)"]
-    )
+    return Decision(False, ["no policy decision for this call (data.sidecar.decision is undefined)"])
 
 
 def error_decision(on_error: OnError, error: str) -> Decision:
     """What `on_error` makes of a failed evaluation; `error` marks it for the metrics."""
     if on_error == "allow":
-        return Decision(
-            True, [f"policy engine error; allowed by on_error=allow: {error}"], error=error
-        )
+        return Decision(True, [f"policy engine error; allowed by on_error=allow: {error}"], error=error)
     return Decision(
         False,
         ["the policy engine failed; the call is refused (on_error=deny)"],
@@ -196,6 +190,7 @@ class EmbeddedEngine:
         self._error: str | None = None
         self._compiled: CompiledPolicy | None = None
         self._watcher: PolicyWatcher | None = None
+        self._local = threading.local()
         initial_hash = ""
         try:
             if policies_dir is not None:
@@ -252,10 +247,15 @@ class EmbeddedEngine:
 
     def _current(self) -> CompiledPolicy | None:
         compiled = self._compiled
-        if compiled is not None and compiled.thread_id != threading.get_ident():
-            compiled = compile_bundle(compiled.bundle)
-            self._compiled = compiled
-        return compiled
+        if compiled is None or compiled.thread_id == threading.get_ident():
+            return compiled
+        # Another thread: use (or build) that thread's own copy, kept thread-local so it is
+        # also dropped on that thread (regorus refuses to drop an engine elsewhere).
+        local: CompiledPolicy | None = getattr(self._local, "compiled", None)
+        if local is None or local.bundle.revision != compiled.bundle.revision:
+            local = compile_bundle(compiled.bundle)
+            self._local.compiled = local
+        return local
 
     # --- evaluation ----------------------------------------------------------------------
 

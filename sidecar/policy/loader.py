@@ -93,9 +93,7 @@ def _visible(path: Path, root: Path) -> bool:
     return not any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
-def policy_files(
-    directory: str | os.PathLike[str], *, tests: bool = False
-) -> tuple[list[Path], list[Path]]:
+def policy_files(directory: str | os.PathLike[str], *, tests: bool = False) -> tuple[list[Path], list[Path]]:
     """(rego files, data.json files) under `directory`, sorted; tests only if asked."""
     root = Path(directory)
     if not root.is_dir():

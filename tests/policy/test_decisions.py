@@ -1,0 +1,106 @@
+"""One decision table, run against every engine: embedded regorus, the OPA engine over the
+OPA Data API stub, and the OPA engine over a real `opa run --server` when opa is on PATH."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from sidecar.policy import Decision, PolicyEngine, apply_mode, build_engine
+from tests.policy.cases import DECISIONS, RESULTS, VISIBLE
+from tests.policy.conftest import OPA_BINARY, POLICIES, settings, start_stub
+
+ENGINES = [
+    "embedded",
+    "opa_stub",
+    pytest.param("opa_real", marks=pytest.mark.skipif(OPA_BINARY is None, reason="no opa binary on PATH")),
+]
+
+
+@pytest.fixture(params=ENGINES)
+async def engine(request: pytest.FixtureRequest) -> AsyncIterator[PolicyEngine]:
+    kind = request.param
+    stub = None
+    if kind == "embedded":
+        built: PolicyEngine = build_engine(settings(), POLICIES)
+    elif kind == "opa_stub":
+        stub = await start_stub()
+        built = build_engine(settings(engine="opa", opa_url=stub.url, opa_timeout_s=2), None)
+    else:
+        url = request.getfixturevalue("real_opa")
+        built = build_engine(settings(engine="opa", opa_url=url, opa_timeout_s=2), None)
+    yield built
+    await built.close()
+    if stub is not None:
+        await stub.runner.cleanup()
+
+
+async def test_decision_table(engine: PolicyEngine) -> None:
+    for name, doc, expected in DECISIONS:
+        decision = await engine.decide(doc)
+        assert decision.to_dict() == expected, name
+        assert decision.error is None
+    assert engine.health()["ok"] is True
+
+
+async def test_visible_tools_table(engine: PolicyEngine) -> None:
+    for name, doc, expected in VISIBLE:
+        assert await engine.visible_tools(doc) == expected, name
+
+
+async def test_result_table(engine: PolicyEngine) -> None:
+    for name, doc, expected in RESULTS:
+        result = await engine.result_decision(doc)
+        assert (None if result is None else result.to_dict()) == expected, name
+
+
+def test_decision_outcome_labels() -> None:
+    assert Decision(True).outcome == "allow"
+    assert Decision(False).outcome == "deny"
+    assert Decision(False, require_approval={"group": "g", "ttl_s": 1}).outcome == "approval"
+    assert Decision(True, error="boom").outcome == "error"
+
+
+@pytest.mark.parametrize(
+    ("mode", "allow", "expect_allow", "expect_flag"),
+    [
+        ("enforce", False, False, False),
+        ("enforce", True, True, False),
+        ("shadow", False, True, True),
+        ("shadow", True, True, False),
+        ("off", False, True, False),
+    ],
+)
+def test_apply_mode(mode: str, allow: bool, expect_allow: bool, expect_flag: bool) -> None:
+    approval: dict[str, Any] | None = None if allow else {"group": "g", "ttl_s": 5}
+    decided = Decision(allow, ["r"], approval, True)
+    effective, flagged = apply_mode(decided, mode)
+    assert (effective.allow, flagged) == (expect_allow, expect_flag)
+    if expect_allow:
+        assert effective.require_approval is None
+
+
+async def test_builtin_policy_without_directory() -> None:
+    from tests.policy.cases import call
+
+    engine = build_engine(settings(), None)
+    assert (await engine.decide(call("anything"))).allow is True
+    assert (await engine.decide(call("x", tool={"declared": False}))).allow is False
+    assert await engine.visible_tools({"tools": ["a"]}) is None
+    assert await engine.result_decision(call("x")) is None
+    await engine.close()
+
+
+async def test_embedded_engine_used_from_another_thread() -> None:
+    """regorus engines are thread-bound; the engine recompiles instead of panicking."""
+    import asyncio
+
+    from tests.policy.cases import call
+
+    engine = build_engine(settings(), POLICIES)
+    assert hasattr(engine, "decide_sync")
+    decision = await asyncio.to_thread(engine.decide_sync, call("support_tickets_search"))  # type: ignore[union-attr]
+    assert decision.allow is True and decision.error is None
+    await engine.close()
