@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from tests.policy.conftest import settings, start_stub
 
 @pytest.mark.parametrize("on_error", ["deny", "allow"])
 @pytest.mark.parametrize("knobs", [{"delay_s": 1.0}, {"fail_status": 500}], ids=["timeout", "http500"])
-async def test_opa_failure_applies_on_error(on_error: str, knobs: dict[str, float]) -> None:
+async def test_opa_failure_applies_on_error(on_error: str, knobs: dict[str, Any]) -> None:
     stub = await start_stub(**knobs)
     engine = build_engine(settings(engine="opa", opa_url=stub.url, opa_timeout_s=0.1, on_error=on_error), None)
     try:
