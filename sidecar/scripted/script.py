@@ -78,6 +78,16 @@ class Turn:
     (in order, after the text). The remaining fields inject provider behaviour a proxy must
     survive: HTTP errors, in-stream errors, slow streams, slow headers, gzip bodies and
     `max_tokens` hit inside a tool input.
+
+    - `stream_error_after=N`: the first N events, then the in-stream error (payload from
+      `error` if set) and the end of the stream; N is capped so the terminator is never
+      sent. A non-streaming request answered by such a turn gets an HTTP error instead.
+    - `truncate_tool_input`: the last call's arguments are cut in half. Anthropic: no
+      content_block_stop, `max_tokens`; Chat: `finish_reason: "length"`; Responses: the item
+      is `incomplete` and the stream ends with `response.incomplete`. Non-streaming
+      Anthropic omits the cut block.
+    - `usage`: `input_tokens`/`output_tokens`/`reasoning_tokens` override the computed
+      counts (in each protocol's own names); other keys are merged into the usage object.
     """
 
     text: str | None = None

@@ -158,6 +158,8 @@ class WireFormat(ABC):
     default_model: ClassVar[str]
     named_events: ClassVar[bool] = True
     request_id_header: ClassVar[str] = "x-request-id"
+    # OpenAI pretty-prints JSON bodies (2-space indent); Anthropic sends them compact.
+    pretty_body: ClassVar[bool] = False
     # Where empty tool arguments render as "" (Anthropic streams nothing) or "{}" (OpenAI).
     empty_arguments: ClassVar[str] = "{}"
 
@@ -246,8 +248,6 @@ class WireFormat(ABC):
     @abstractmethod
     def body(self, reply: Reply) -> dict[str, Any]:
         """The non-streaming response body."""
-
-    pretty_body: ClassVar[bool] = False
 
     # ---- encoding --------------------------------------------------------------------------
 

@@ -207,3 +207,13 @@ async def test_command_line(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), timeout=10) == 0
+
+
+async def test_reset_with_seed_replays_identical_bytes(model: ScriptedModel, post) -> None:
+    bodies = []
+    for _ in range(2):
+        model.reset(seed=11)
+        model.add_turns(Turn(thinking="hm", text="ok", tool_calls=[ToolCallSpec("w", {"a": 1})]))
+        _, raw, _ = await post("/v1/messages", {"model": "m", "stream": True, "messages": USER})
+        bodies.append(raw)
+    assert bodies[0] == bodies[1]

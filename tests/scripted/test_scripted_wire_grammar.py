@@ -174,3 +174,19 @@ async def test_responses_grammar(name: str, same_layout: bool, turn: Turn) -> No
         ours_error = next(e.json() for e in ours if e.event == "error")
         theirs_error = next(e.json() for e in theirs if e.event == "error")
         assert key_paths(ours_error) == key_paths(theirs_error)
+
+
+@pytest.mark.parametrize(("name", "path"), [
+    ("anthropic-request-thinking-tool-result.json", "/v1/messages"),
+    ("anthropic-request-tool-result-parallel.json", "/v1/messages"),
+    ("openai-chat-request-tool-message.json", "/v1/chat/completions"),
+    ("openai-chat-request-tool-messages-parallel.json", "/v1/chat/completions"),
+    ("openai-responses-request-function-call-output.json", "/v1/responses"),
+])
+async def test_recorded_requests_pass_pairing_checks(name: str, path: str) -> None:
+    """Real, valid follow-up requests must not trip the pairing checks."""
+    async with ScriptedModel([Turn(text="ok")]) as model, aiohttp.ClientSession() as session:
+        async with session.post(model.url + path, data=(WIRE / name).read_bytes(),
+                                headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status == 200, await resp.text()
+        assert model.remaining == 0
