@@ -3,15 +3,15 @@ and a real `opa run --server` when an opa binary is on PATH."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import socket
 import subprocess
+import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -72,20 +72,19 @@ def real_opa() -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
 
-    async def wait() -> None:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(100):
-                try:
-                    async with session.get(f"{url}/health") as resp:
-                        if resp.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
+    def wait() -> None:  # sync: this fixture may be set up while an event loop runs
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
         raise RuntimeError("opa did not start")
 
     try:
-        asyncio.run(wait())
+        wait()
         yield url
     finally:
         proc.terminate()
