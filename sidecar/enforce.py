@@ -38,25 +38,39 @@ class Settlement:
     delivered: list[ToolCall] = field(default_factory=list)
 
 
-class WithheldCalls:
-    """Calls a stateful provider remembers but the agent never saw, keyed by response id.
+class Continuations:
+    """What a stateful provider remembers that the agent never saw, keyed by response id.
 
-    The Responses API with `store` keeps the original output; the agent's next turn
-    (`previous_response_id`) must still answer those calls, so the sidecar answers for it.
+    The Responses API with `store` keeps the original output. The agent's next turn
+    (`previous_response_id`) must still answer calls the sidecar withheld, and when a repair
+    round produced a newer response, the chain must continue from that one.
     """
+
+    _ALIAS = "\x00continue-from"
 
     def __init__(self, capacity: int = 10_000) -> None:
         self._entries: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._capacity = capacity
 
-    async def remember(self, response_id: str, outputs: dict[str, str]) -> None:
-        self._entries[response_id] = outputs
+    def _put(self, response_id: str, entry: dict[str, str]) -> None:
+        self._entries[response_id] = {**self._entries.get(response_id, {}), **entry}
         self._entries.move_to_end(response_id)
         while len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
 
-    async def outputs_for(self, response_id: str) -> dict[str, str]:
-        return dict(self._entries.get(response_id, {}))
+    async def withhold(self, response_id: str, outputs: dict[str, str]) -> None:
+        self._put(response_id, outputs)
+
+    async def alias(self, shown_id: str, actual_id: str) -> None:
+        self._put(shown_id, {self._ALIAS: actual_id})
+
+    async def resolve(self, response_id: str) -> tuple[str, dict[str, str]]:
+        """(the response to continue from, outputs the sidecar must add for withheld calls)."""
+        entry = dict(self._entries.get(response_id, {}))
+        actual = entry.pop(self._ALIAS, response_id)
+        if actual != response_id:
+            entry.update({k: v for k, v in self._entries.get(actual, {}).items() if k != self._ALIAS})
+        return actual, entry
 
 
 def explanation(checks: list[CallCheck]) -> str:
@@ -77,13 +91,13 @@ class Enforcer:
         guards: GuardChain,
         addons: Addons,
         send: RepairSender,
-        withheld: WithheldCalls | None = None,
+        continuations: Continuations | None = None,
     ) -> None:
         self.settings = settings
         self.guards = guards
         self.addons = addons
         self.send = send
-        self.withheld = withheld or WithheldCalls()
+        self.continuations = continuations or Continuations()
 
     def _plan(self, checks: list[CallCheck]) -> str:
         """pass | repair | block, after observe-mode refusals are let through."""
@@ -167,7 +181,7 @@ class Enforcer:
                 c.call.id: compact(c.verdict.model_payload() if not c.verdict.allowed else NOT_RUN_PAYLOAD)
                 for c in checks
             }
-            await self.withheld.remember(response_id, outputs)
+            await self.continuations.withhold(response_id, outputs)
         return blocked
 
     @staticmethod

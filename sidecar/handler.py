@@ -22,9 +22,9 @@ from sidecar.addons import Addons
 from sidecar.config import Settings
 from sidecar.context import Exchange
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
-from sidecar.dialects.base import Dialect, loads
+from sidecar.dialects.base import Dialect, Reply, loads
 from sidecar.dialects.sse import SSEParser
-from sidecar.enforce import Enforcer, RepairFailed
+from sidecar.enforce import Enforcer, RepairFailed, Settlement
 from sidecar.identity import session_id
 from sidecar.model import Provider
 from sidecar.proxy.headers import downstream_response_headers, upstream_request_headers
@@ -147,7 +147,9 @@ class ProxyHandler:
             headers=headers,
         )
         if view.previous_response_id and dialect.server_side_state:
-            withheld = await self.enforcer.withheld.outputs_for(view.previous_response_id)
+            actual, withheld = await self.enforcer.continuations.resolve(view.previous_response_id)
+            if actual != view.previous_response_id:
+                exchange.request = {**exchange.request, "previous_response_id": actual}
             if withheld:
                 exchange.request = dialect.add_withheld_outputs(exchange.request, withheld)
         await self.addons.request(exchange)
@@ -221,6 +223,7 @@ class ProxyHandler:
                 log.warning("stream ended without its terminator: held calls discarded")
                 return downstream
             settlement = await self._settle_with_keepalive(exchange, downstream, reply, assembler.cut)
+            await self._keep_stream_identity(exchange, reply, settlement.reply)
             if settlement.changed:
                 start = assembler.cut if assembler.cut is not None else len(reply.items)
                 await downstream.write(exchange.dialect.render_tail(settlement.reply, start, assembler.tail))
@@ -231,9 +234,19 @@ class ProxyHandler:
         await self._done(exchange, 200, stream=True)
         return downstream
 
+    async def _keep_stream_identity(self, exchange: Exchange, first: Reply, final: Reply) -> None:
+        """A stream keeps the id it announced first; a stateful provider's chain continues
+        from the last repair round, so the sidecar remembers which one that is."""
+        dialect = exchange.dialect
+        shown, actual = dialect.response_id(first), dialect.response_id(final)
+        if shown and actual and shown != actual:
+            final.envelope["id"] = shown
+            if dialect.server_side_state:
+                await self.enforcer.continuations.alias(shown, actual)
+
     async def _settle_with_keepalive(
-        self, exchange: Exchange, downstream: web.StreamResponse, reply: Any, cut: int | None
-    ) -> Any:
+        self, exchange: Exchange, downstream: web.StreamResponse, reply: Reply, cut: int | None
+    ) -> Settlement:
         """Keep the client's connection alive while guards and repair rounds run."""
         task = asyncio.ensure_future(self.enforcer.settle(exchange, reply, cut))
         interval = self.settings.enforcement.keepalive_interval_s
