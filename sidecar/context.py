@@ -47,6 +47,9 @@ class CallCheck:
     approval: dict[str, Any] = field(
         default_factory=lambda: {"status": "none", "id": None, "approved_by": None}
     )
+    # Set by the policy guard when a human must approve; the approval guard acts on it.
+    approval_request: dict[str, Any] | None = None
+    policy_reasons: list[str] = field(default_factory=list)
     # Refusals a guard decided but did not enforce (observe / shadow rollouts).
     observed: list[Verdict] = field(default_factory=list)
     action: str = "allowed"
