@@ -1,0 +1,95 @@
+"""A tiny support agent: the kind of code teams run unchanged behind the sidecar."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "support_tickets_search",
+        "description": "Search support tickets",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "description": "Free-text search"},
+                "status": {"type": "string", "enum": ["OPEN", "PENDING", "CLOSED"]},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Max results"},
+            },
+            "required": ["query"],
+        },
+    },
+    {
+        "name": "support_tickets_get_context",
+        "description": "Customer and history for one ticket",
+        "input_schema": {
+            "type": "object",
+            "properties": {"ticket_id": {"type": "string", "pattern": "^T-[0-9]+$"}},
+            "required": ["ticket_id"],
+        },
+    },
+    {
+        "name": "support_replies_send",
+        "description": "Send a reply to the customer of a ticket",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "ticket_id": {"type": "string", "pattern": "^T-[0-9]+$"},
+                "to": {"type": "string", "format": "email"},
+                "body": {"type": "string", "minLength": 1},
+            },
+            "required": ["ticket_id", "to", "body"],
+        },
+    },
+]
+
+ToolLog = Callable[[str], None]
+
+
+def run_tool(name: str, arguments: dict[str, Any]) -> str:
+    """The agent's own tools, faked: the demo is about what happens before they run."""
+    if name == "support_tickets_search":
+        return json.dumps({"tickets": [{"id": "T-1042", "subject": "Refund not received"}]})
+    if name == "support_tickets_get_context":
+        return json.dumps({"customer": "ana@example.com", "orders": 3})
+    return json.dumps({"status": "sent", "to": arguments.get("to")})
+
+
+class SupportAgent:
+    def __init__(self, base_url: str, say: ToolLog, session: str) -> None:
+        self.client = anthropic.AsyncAnthropic(
+            base_url=base_url, api_key="sk-ant-demo-not-a-real-key", max_retries=0,
+            default_headers={"X-Sidecar-Session": session},
+        )
+        self.say = say
+        self.messages: list[dict[str, Any]] = []
+
+    async def turn(self, user: str, max_steps: int = 4) -> None:
+        """One user request, with the usual tool loop until the model stops calling tools."""
+        self.say(f'  user  → "{user}"')
+        self.messages.append({"role": "user", "content": user})
+        for _ in range(max_steps):
+            async with self.client.messages.stream(
+                model="claude-demo", max_tokens=512, tools=TOOLS, messages=self.messages
+            ) as stream:
+                message = await stream.get_final_message()
+            self.messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]})
+            results = []
+            for block in message.content:
+                if block.type == "text" and block.text:
+                    for line in block.text.splitlines():
+                        self.say(f"  model → {line}")
+                if block.type == "tool_use":
+                    self.say(f"  model → agent: {block.name} {json.dumps(block.input)}")
+                    output = run_tool(block.name, dict(block.input))
+                    self.say(f"  agent runs {block.name} → {output}")
+                    results.append({"type": "tool_result", "tool_use_id": block.id, "content": output})
+            if not results:
+                return
+            self.messages.append({"role": "user", "content": results})
+
+    async def close(self) -> None:
+        await self.client.close()
