@@ -73,10 +73,11 @@ class SupportAgent:
         self.messages.append({"role": "user", "content": user})
         for _ in range(max_steps):
             async with self.client.messages.stream(
-                model="claude-demo", max_tokens=512, tools=TOOLS, messages=self.messages
+                model="claude-demo", max_tokens=512, tools=TOOLS, messages=self.messages,  # type: ignore[arg-type]
             ) as stream:
                 message = await stream.get_final_message()
-            self.messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]})
+            blocks = [b.model_dump(exclude_none=True) for b in message.content]
+            self.messages.append({"role": "assistant", "content": blocks})
             results = []
             for block in message.content:
                 if block.type == "text" and block.text:
