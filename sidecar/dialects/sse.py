@@ -48,9 +48,13 @@ class SSEParser:
         buffer = self._buffer
         start = 0
         size = len(buffer)
+        lf = cr = -2  # -2: not searched yet; -1: none left in the buffer
         while start < size:
-            lf = buffer.find(b"\n", start)
-            cr = buffer.find(b"\r", start)
+            # Search again only past a match already used, so a long read stays linear.
+            if lf != -1 and lf < start:
+                lf = buffer.find(b"\n", start)
+            if cr != -1 and cr < start:
+                cr = buffer.find(b"\r", start)
             if cr != -1 and (lf == -1 or cr < lf):
                 if cr + 1 == size:
                     break  # a CR at the end may be the first half of CRLF: wait for more
@@ -74,10 +78,14 @@ class SSEParser:
         """At end of stream: an unterminated last event still counts (as browsers do not)."""
         events = self.feed(b"")
         if self._buffer:
-            self._raw += self._buffer
-            self._line(self._buffer)
-            self._buffer = b""
-        if self._has_fields or self._raw.strip():
+            # The last line: a CR at the very end is its line end (no LF can follow any more).
+            line, self._buffer = self._buffer, b""
+            self._raw += line
+            event = self._line(line[:-1] if line.endswith(b"\r") else line)
+            if event is not None:
+                events.append(event)
+        if self._raw:
+            # Whatever is left (an unterminated event, or trailing blank lines) keeps its bytes.
             events.append(self._finish())
         return events
 

@@ -1,0 +1,241 @@
+"""The incremental SSE parser: WHATWG field rules, any line ending, any chunking, exact bytes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sidecar.dialects.sse import KEEPALIVE_COMMENT, SSEEvent, SSEParser, format_event
+
+Parsed = list[tuple[str | None, str]]
+
+
+def parse(data: bytes, sizes: list[int] | None = None) -> list[SSEEvent]:
+    """Feed `data` in chunks of the given sizes (cycled), or at once, then flush."""
+    parser = SSEParser()
+    events: list[SSEEvent] = []
+    if not sizes:
+        events += parser.feed(data)
+    else:
+        start, turn = 0, 0
+        while start < len(data):
+            size = sizes[turn % len(sizes)]
+            events += parser.feed(data[start : start + size])
+            start, turn = start + size, turn + 1
+    return events + parser.flush()
+
+
+def fields(events: list[SSEEvent]) -> Parsed:
+    return [(e.event, e.data) for e in events]
+
+
+def raw(events: list[SSEEvent]) -> bytes:
+    return b"".join(e.raw for e in events)
+
+
+SAMPLE = (
+    b"event: message_start\n"
+    b'data: {"type":"message_start"}\n'
+    b"\n"
+    b": a comment between events\n"
+    b"\n"
+    b"event: ping\n"
+    b"data: first\n"
+    b"data: second\n"
+    b"\n"
+    b'data: {"choices":[]}   \n'
+    b"\n"
+    b"data: [DONE]\n"
+    b"\n"
+)
+SAMPLE_FIELDS: Parsed = [
+    ("message_start", '{"type":"message_start"}'),
+    (None, ""),
+    ("ping", "first\nsecond"),
+    (None, '{"choices":[]}   '),
+    (None, "[DONE]"),
+]
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_line_endings_give_the_same_events(newline: bytes) -> None:
+    data = SAMPLE.replace(b"\n", newline)
+    events = parse(data)
+    assert fields(events) == SAMPLE_FIELDS
+    assert raw(events) == data
+    assert events[0].raw == b"event: message_start" + newline + b'data: {"type":"message_start"}' + newline * 2
+
+
+def test_mixed_line_endings_in_one_stream() -> None:
+    data = b"event: a\r\ndata: 1\n\rdata: 2\r\r\ndata: 3\r\n\n"
+    events = parse(data)
+    assert fields(events) == [("a", "1"), (None, "2"), (None, "3")]
+    assert raw(events) == data
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_split_at_every_byte(newline: bytes) -> None:
+    data = SAMPLE.replace(b"\n", newline)
+    for cut in range(len(data) + 1):
+        parser = SSEParser()
+        events = parser.feed(data[:cut]) + parser.feed(data[cut:]) + parser.flush()
+        assert fields(events) == SAMPLE_FIELDS, cut
+        assert raw(events) == data, cut
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_one_byte_reads(newline: bytes) -> None:
+    data = SAMPLE.replace(b"\n", newline)
+    events = parse(data, [1])
+    assert fields(events) == SAMPLE_FIELDS
+    assert raw(events) == data
+
+
+def test_events_are_returned_as_soon_as_their_blank_line_arrives() -> None:
+    parser = SSEParser()
+    assert parser.feed(b"event: a\ndata: 1\n") == []
+    assert fields(parser.feed(b"\ndata: 2")) == [("a", "1")]
+    assert fields(parser.feed(b"\n\n")) == [(None, "2")]
+    assert parser.flush() == []
+
+
+def test_cr_at_the_end_of_a_read_waits_for_a_possible_lf() -> None:
+    parser = SSEParser()
+    assert parser.feed(b"data: a\r") == []
+    assert parser.feed(b"\n\r") == []
+    events = parser.feed(b"\n")
+    assert fields(events) == [(None, "a")]
+    assert events[0].raw == b"data: a\r\n\r\n"
+
+
+def test_comments_and_keepalives() -> None:
+    data = b": keepalive\n\n" + b"data: x\n: inside an event\ndata: y\n\n" + KEEPALIVE_COMMENT + b":\n\n"
+    events = parse(data)
+    assert fields(events) == [(None, ""), (None, "x\ny"), (None, ""), (None, "")]
+    assert [e.is_comment for e in events] == [True, False, True, True]
+    assert [e.raw for e in events] == [b": keepalive\n\n", b"data: x\n: inside an event\ndata: y\n\n",
+                                       KEEPALIVE_COMMENT, b":\n\n"]
+
+
+def test_multi_line_data_is_joined_with_newlines() -> None:
+    events = parse(b"data: a\ndata:\ndata: c\ndata\n\n")
+    assert fields(events) == [(None, "a\n\nc\n")]
+
+
+def test_field_value_rules() -> None:
+    data = b"event:nospace\ndata:tight\n\nevent:  two\ndata:  two spaces\n\n"
+    events = parse(data)
+    assert fields(events) == [("nospace", "tight"), (" two", " two spaces")]
+
+
+def test_unknown_fields_are_ignored_but_kept_in_raw() -> None:
+    data = b"id: 7\nretry: 100\nfoo: bar\ndata: x\n\n"
+    events = parse(data)
+    assert fields(events) == [(None, "x")]
+    assert raw(events) == data
+
+
+def test_blank_lines_before_an_event_stay_with_it() -> None:
+    data = b"\n\n\r\ndata: x\n\n"
+    events = parse(data)
+    assert fields(events) == [(None, "x")]
+    assert events[0].raw == data
+
+
+@pytest.mark.parametrize(
+    ("tail", "last"),
+    [
+        (b"data: last", "last"),
+        (b"data: last\n", "last"),
+        (b"data: last\r", "last"),
+        (b"data: last\r\n", "last"),
+        (b"event: e\ndata: last\r", "last"),
+    ],
+)
+def test_missing_trailing_blank_line_is_flushed(tail: bytes, last: str) -> None:
+    data = b"data: first\n\n" + tail
+    for sizes in (None, [1], [3]):
+        events = parse(data, sizes)
+        assert [e.data for e in events] == ["first", last]
+        assert raw(events) == data
+
+
+def test_flush_keeps_trailing_blank_lines() -> None:
+    data = b"data: x\n\n\n\r\n"
+    events = parse(data)
+    assert [e.data for e in events if not e.is_comment] == ["x"]
+    assert raw(events) == data
+
+
+def test_flush_of_an_empty_stream() -> None:
+    assert SSEParser().flush() == []
+    parser = SSEParser()
+    assert parser.feed(b"") == []
+    assert parser.flush() == []
+
+
+def test_invalid_utf8_is_replaced_not_fatal() -> None:
+    events = parse(b"data: \xff\xfe ok\n\n")
+    assert events[0].data == "\ufffd\ufffd ok"
+
+
+def test_format_event_round_trips() -> None:
+    data = format_event(b'{"type":"ping"}', "ping") + format_event('{"a":1}')
+    assert data == b'event: ping\ndata: {"type":"ping"}\n\ndata: {"a":1}\n\n'
+    assert fields(parse(data)) == [("ping", '{"type":"ping"}'), (None, '{"a":1}')]
+
+
+# -- property: any chunking of a valid stream yields the same events and bytes --------------
+
+_text = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)
+_event = st.tuples(
+    st.one_of(st.none(), _text),  # event name
+    st.lists(_text, min_size=1, max_size=3),  # data lines
+    st.lists(_text, max_size=2),  # comment lines
+)
+
+
+def _render(events: list[tuple[str | None, list[str], list[str]]], newline: bytes, terminated: bool) -> bytes:
+    out = b""
+    for name, data, comments in events:
+        lines = [b":" + c.encode() for c in comments]
+        if name is not None:
+            lines.append(b"event: " + name.encode())
+        lines += [b"data: " + d.encode() for d in data]
+        out += b"".join(line + newline for line in lines) + newline
+    return out if terminated else out[: -len(newline)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    events=st.lists(_event, min_size=1, max_size=5),
+    newline=st.sampled_from([b"\n", b"\r\n", b"\r"]),
+    terminated=st.booleans(),
+    sizes=st.lists(st.integers(min_value=1, max_value=9), min_size=1, max_size=8),
+)
+def test_any_chunking_yields_the_same_events_and_bytes(
+    events: list[tuple[str | None, list[str], list[str]]], newline: bytes, terminated: bool, sizes: list[int]
+) -> None:
+    data = _render(events, newline, terminated)
+    expected = [(name, "\n".join(lines)) for name, lines, _ in events]
+    whole = parse(data)
+    chunked = parse(data, sizes)
+    assert fields(whole) == expected
+    assert fields(chunked) == expected
+    assert raw(whole) == data
+    assert [e.raw for e in chunked] == [e.raw for e in whole]
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_random_reads_of_the_sample(seed: int) -> None:
+    rng = random.Random(seed)
+    sizes = [rng.randint(1, 20) for _ in range(30)]
+    for newline in (b"\n", b"\r\n", b"\r"):
+        data = SAMPLE.replace(b"\n", newline)
+        events = parse(data, sizes)
+        assert fields(events) == SAMPLE_FIELDS
+        assert raw(events) == data
