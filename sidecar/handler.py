@@ -23,7 +23,7 @@ from sidecar.config import Settings
 from sidecar.context import Exchange
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
 from sidecar.dialects.base import Dialect, Reply, loads
-from sidecar.dialects.sse import SSEParser
+from sidecar.dialects.sse import SSEParser, format_event
 from sidecar.enforce import Enforcer, RepairFailed, Settlement
 from sidecar.identity import session_id
 from sidecar.model import Provider
@@ -58,14 +58,17 @@ class ProxyHandler:
 
     # -- entry point ---------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        route = resolve(request.method, request.path, request.headers)
+        route = resolve(request.method, request.rel_url.raw_path, request.headers)
         error_dialect = route.dialect or (ANTHROPIC if route.provider is Provider.ANTHROPIC else OPENAI_CHAT)
+        if route.dialect is not None and request.headers.get("Content-Encoding", "identity").lower() != "identity":
+            # A body the sidecar cannot read would reach the model unchecked.
+            return self._error(error_dialect, 415, "compressed request bodies are not accepted on model endpoints")
         try:
             body = await self._read_body(request)
         except BodyTooLarge:
             limit = self.settings.max_body_bytes
             return self._error(error_dialect, 413, f"request body exceeds the sidecar limit of {limit} bytes")
-        url = upstream_url(self.upstreams.bases[route.provider], route.path, request.query_string)
+        url = upstream_url(self.upstreams.bases[route.provider], route.path, request.rel_url.raw_query_string)
         headers = upstream_request_headers(request.headers, drop=[self.settings.session_header])
         payload = self._json_object(body) if route.dialect is not None else None
         try:
@@ -120,6 +123,8 @@ class ProxyHandler:
                     await downstream.write(chunk)
             except (TimeoutError, aiohttp.ClientPayloadError) as exc:
                 log.warning("upstream body ended early on %s: %s", url.path, type(exc).__name__)
+                if request.transport is not None:
+                    request.transport.abort()  # a clean end would pass a truncated body off as whole
                 return downstream
             await downstream.write_eof()
             return downstream
@@ -215,7 +220,13 @@ class ProxyHandler:
         except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError) as exc:
             log.warning("upstream stream ended early: %s", type(exc).__name__)
             await self.addons.upstream(exchange, 599, exchange.upstream_seconds)
-            return downstream  # held calls are discarded: never release a partial call
+            # Held calls are discarded (never release a partial call); the SDK gets its
+            # normal in-stream error instead of a stream that merely stops.
+            status = 504 if isinstance(exc, TimeoutError) else 502
+            message = "the upstream stream ended early" + (" (timed out)" if status == 504 else "")
+            await downstream.write(format_event(orjson.dumps(exchange.dialect.error_body(status, message)), "error"))
+            await downstream.write_eof()
+            return downstream
         await self.addons.upstream(exchange, 200, exchange.upstream_seconds)
         reply = assembler.reply()
         if assembler.error is None and assembler.held:

@@ -10,6 +10,8 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "trailers", "transfer-encoding", "upgrade", "proxy-connection",
 })
+# Every Proxy-* header concerns one hop (Proxy-Authorization, Proxy-Connection, vendor ones).
+HOP_BY_HOP_PREFIX = "proxy-"
 # Set by the sidecar itself on each side of the hop.
 _REQUEST_OWN = frozenset({"host", "content-length", "accept-encoding"})
 _RESPONSE_OWN = frozenset({"content-length", "content-encoding"})
@@ -21,22 +23,29 @@ SECRET_HEADERS = frozenset({
 UPSTREAM_ACCEPT_ENCODING = "gzip, deflate"
 
 
+def is_hop_by_hop(name: str) -> bool:
+    lower = name.lower()
+    return lower in HOP_BY_HOP or lower.startswith(HOP_BY_HOP_PREFIX)
+
+
 def _connection_tokens(headers: Mapping[str, str]) -> set[str]:
-    value = headers.get("connection", "")
-    return {token.strip().lower() for token in value.split(",") if token.strip()}
+    """Header names listed by every Connection header (there may be several)."""
+    values = [value for name, value in headers.items() if name.lower() == "connection"]
+    return {token.strip().lower() for value in values for token in value.split(",") if token.strip()}
 
 
 def _filtered(items: Iterable[tuple[str, str]], drop: frozenset[str], extra: set[str]) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in items:
         lower = name.lower()
-        if lower in HOP_BY_HOP or lower in drop or lower in extra:
+        if is_hop_by_hop(lower) or lower in drop or lower in extra:
             continue
         out.add(name, value)
     return out
 
 
 def upstream_request_headers(headers: Mapping[str, str], drop: Iterable[str] = ()) -> CIMultiDict[str]:
+    """What the agent sent, minus hop-by-hop headers, `drop` and what the sidecar sets itself."""
     extra = _connection_tokens(headers) | {d.lower() for d in drop}
     out = _filtered(headers.items(), _REQUEST_OWN, extra)
     out["Accept-Encoding"] = UPSTREAM_ACCEPT_ENCODING
@@ -44,6 +53,7 @@ def upstream_request_headers(headers: Mapping[str, str], drop: Iterable[str] = (
 
 
 def downstream_response_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    """What the provider sent, minus hop-by-hop headers and the framing of a body we decoded."""
     return _filtered(headers.items(), _RESPONSE_OWN, _connection_tokens(headers))
 
 

@@ -1,0 +1,118 @@
+"""Routing: which upstream and dialect a request gets, and the URL it is sent to."""
+
+from __future__ import annotations
+
+import pytest
+from yarl import URL
+
+from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
+from sidecar.model import Provider
+from sidecar.proxy.routing import canonical_path, resolve, upstream_url
+
+A, OA = Provider.ANTHROPIC, Provider.OPENAI
+NO_HEADERS: dict[str, str] = {}
+ANTHROPIC_SDK = {"anthropic-version": "2023-06-01"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "provider", "dialect"),
+    [
+        ("POST", "/v1/messages", NO_HEADERS, A, ANTHROPIC),
+        ("POST", "/v1/chat/completions", ANTHROPIC_SDK, OA, OPENAI_CHAT),
+        ("POST", "/v1/responses", NO_HEADERS, OA, OPENAI_RESPONSES),
+        ("POST", "/v1/messages/", NO_HEADERS, A, ANTHROPIC),
+        ("POST", "/v1/messages/count_tokens", NO_HEADERS, A, None),
+        ("POST", "/v1/messages/batches", NO_HEADERS, A, None),
+        ("GET", "/v1/messages", NO_HEADERS, A, None),
+        ("GET", "/v1/responses/resp_1", NO_HEADERS, OA, None),
+        ("POST", "/v1/embeddings", ANTHROPIC_SDK, OA, None),
+        # Both providers serve these: the SDK's own headers decide.
+        ("GET", "/v1/models", NO_HEADERS, OA, None),
+        ("GET", "/v1/models", ANTHROPIC_SDK, A, None),
+        ("GET", "/v1/models", {"X-Api-Key": "k"}, A, None),
+        ("GET", "/v1/models", {"Authorization": "Bearer k"}, OA, None),
+        ("GET", "/v1/files", {"ANTHROPIC-VERSION": "2023-06-01"}, A, None),
+        # Explicit prefixes win over everything else.
+        ("POST", "/anthropic/v1/messages", NO_HEADERS, A, ANTHROPIC),
+        ("POST", "/openai/v1/chat/completions", ANTHROPIC_SDK, OA, OPENAI_CHAT),
+        ("GET", "/anthropic/v1/models", NO_HEADERS, A, None),
+        ("GET", "/openai/v1/models", ANTHROPIC_SDK, OA, None),
+        ("POST", "/openai/v1/messages", NO_HEADERS, OA, None),  # OpenAI has no such endpoint: untouched
+        # Encoding tricks cannot steer a model request past its dialect.
+        ("POST", "/v1/%6dessages", NO_HEADERS, A, ANTHROPIC),
+        ("POST", "/v1//messages", NO_HEADERS, A, ANTHROPIC),
+        ("POST", "/x/../v1/messages", NO_HEADERS, A, ANTHROPIC),
+        ("POST", "/x/%2e%2e/v1/messages", NO_HEADERS, A, ANTHROPIC),
+        ("POST", "/x%2F..%2Fv1/chat/completions", NO_HEADERS, OA, OPENAI_CHAT),
+        ("POST", "/v1%2Fresponses", NO_HEADERS, OA, OPENAI_RESPONSES),
+        ("post", "/v1/messages", NO_HEADERS, A, ANTHROPIC),
+    ],
+)
+def test_resolve(method, path, headers, provider, dialect):
+    route = resolve(method, path, headers)
+    assert route.provider is provider
+    assert route.dialect is dialect
+
+
+@pytest.mark.parametrize(
+    ("path", "provider_path"),
+    [
+        ("/anthropic/v1/messages", "/v1/messages"),
+        ("/openai/v1/models", "/v1/models"),
+        ("/anthropic", "/"),
+        ("/anthropicx/v1/models", "/anthropicx/v1/models"),
+        ("/v1/files/file%2Fx", "/v1/files/file%2Fx"),
+    ],
+)
+def test_route_path_drops_only_our_prefix(path, provider_path):
+    assert resolve("GET", path, NO_HEADERS).path == provider_path
+
+
+@pytest.mark.parametrize(
+    ("raw", "canonical"),
+    [
+        ("/v1/messages", "/v1/messages"),
+        ("/v1/messages/", "/v1/messages/"),
+        ("/", "/"),
+        ("", "/"),
+        ("//127.0.0.1:9/x", "/127.0.0.1:9/x"),
+        ("/..//x", "/x"),
+        ("/../../x", "/x"),
+        ("/a/./b/../c", "/a/c"),
+        ("/a/..", "/"),
+        ("/a/b/..", "/a/"),
+        ("/%7Euser/%41", "/~user/A"),
+        ("/a%2Fb%3Fc%20d", "/a%2Fb%3Fc%20d"),  # reserved escapes stay escaped
+        ("/%2e%2e/x", "/x"),
+    ],
+)
+def test_canonical_path(raw, canonical):
+    assert canonical_path(raw) == canonical
+
+
+BASE = URL("http://10.0.0.5:8000")
+PREFIXED = URL("http://10.0.0.5:8000/anthropic")
+
+
+@pytest.mark.parametrize(
+    ("base", "path", "query", "expected"),
+    [
+        (BASE, "/v1/messages", "", "http://10.0.0.5:8000/v1/messages"),
+        (PREFIXED, "/v1/messages", "", "http://10.0.0.5:8000/anthropic/v1/messages"),
+        (URL("http://10.0.0.5:8000/anthropic/"), "/v1/messages", "", "http://10.0.0.5:8000/anthropic/v1/messages"),
+        (PREFIXED, "/v1/models", "limit=2&after_id=a%26b", "http://10.0.0.5:8000/anthropic/v1/models?limit=2&after_id=a%26b"),
+        (BASE, "/v1/files", "purpose=fine%2Dtune&x=%2F+y", "http://10.0.0.5:8000/v1/files?purpose=fine%2Dtune&x=%2F+y"),
+        # Nothing in the path can change the origin or climb out of the prefix.
+        (BASE, "//127.0.0.1:9/x", "", "http://10.0.0.5:8000/127.0.0.1:9/x"),
+        (PREFIXED, "/..//x", "", "http://10.0.0.5:8000/anthropic/x"),
+        (PREFIXED, "/../../../v1/messages", "", "http://10.0.0.5:8000/anthropic/v1/messages"),
+        (PREFIXED, "/%2e%2e/x", "", "http://10.0.0.5:8000/anthropic/x"),
+        (BASE, "/v1/files/a%2Fb", "", "http://10.0.0.5:8000/v1/files/a%2Fb"),
+        (URL("https://user:pw@api.example.com"), "/v1/x", "", "https://user:pw@api.example.com/v1/x"),
+    ],
+)
+def test_upstream_url(base, path, query, expected):
+    url = upstream_url(base, path, query)
+    assert str(url) == expected
+    assert (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port)
+    assert url.raw_path.startswith(base.raw_path.rstrip("/") + "/")
