@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -26,8 +27,8 @@ from sidecar.telemetry.rejection_log import RejectionLog
 
 log = logging.getLogger("sidecar")
 
-# A component's readiness: (ok, detail) for /readyz.
-HealthCheck = Callable[[], "dict[str, Any]"]
+# A component's readiness for /readyz: a dict with at least "ok" (sync or async).
+HealthCheck = Callable[[], "dict[str, Any] | Awaitable[dict[str, Any]]"]
 
 
 class Sidecar:
@@ -57,8 +58,14 @@ class Sidecar:
         await self.upstreams.close()
         await asyncio.to_thread(self.rejections.close)
 
-    def readiness(self) -> tuple[bool, dict[str, Any]]:
-        report = {name: check() for name, check in self.health_checks.items()}
+    async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        report: dict[str, Any] = {}
+        for name, check in self.health_checks.items():
+            try:
+                result = check()
+                report[name] = await result if inspect.isawaitable(result) else result
+            except Exception as exc:
+                report[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         return all(bool(part.get("ok", True)) for part in report.values()), report
 
     def proxy_app(self) -> web.Application:

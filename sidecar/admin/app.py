@@ -22,7 +22,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    ready, report = request.app[SIDECAR_KEY].readiness()
+    ready, report = await request.app[SIDECAR_KEY].readiness()
     return _json({"ready": ready, "components": report}, 200 if ready else 503)
 
 
@@ -35,7 +35,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def status(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR_KEY]
-    ready, report = sidecar.readiness()
+    ready, report = await sidecar.readiness()
     return _json({"tools": sidecar.metrics.status_summary(), "ready": ready, "components": report})
 
 
