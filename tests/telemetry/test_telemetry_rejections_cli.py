@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import shutil
 import subprocess
@@ -194,9 +193,6 @@ def test_promote_writes_stable_fixtures(logfile: Path, tmp_path: Path) -> None:
     assert {p.name: p.read_bytes() for p in sorted(out_dir.glob("*.json"))} == contents
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("sidecar.guards.lockdown") is None, reason="lockdown not built yet"
-)
 def test_promoted_module_replays_through_lockdown(tmp_path: Path) -> None:
     from sidecar.config import LockdownSettings
     from sidecar.guards.lockdown import Lockdown
