@@ -212,9 +212,10 @@ class ProxyHandler:
                 chunk = await upstream.content.readany()
                 exchange.upstream_seconds += time.perf_counter() - started
                 events = parser.feed(chunk) if chunk else parser.flush()
-                for event in events:
-                    if assembler.feed(event):
-                        await downstream.write(event.raw)
+                # What arrived in one read goes out in one write: no event waits for another.
+                ready = [event.raw for event in events if assembler.feed(event)]
+                if ready:
+                    await downstream.write(b"".join(ready))
                 if not chunk:
                     break
         except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError) as exc:
