@@ -56,6 +56,9 @@ class ScriptedModel:
         self.loop = loop
         self.requests: list[RecordedRequest] = []
         self.exhausted_count = 0
+        # Model requests the client abandoned before the reply was complete (the handler was
+        # cancelled or a write failed): how a test sees that a proxy cancelled upstream.
+        self.disconnects = 0
         self.url = ""
         ids = self._ids = Ids(seed)
         self._anthropic = AnthropicFormat(ids, pad_json=pad_json)
@@ -83,6 +86,7 @@ class ScriptedModel:
         self._cursor = 0
         self.requests.clear()
         self.exhausted_count = 0
+        self.disconnects = 0
         for fmt in self._formats:
             fmt.reset()
 
@@ -164,7 +168,11 @@ class ScriptedModel:
         if request.method == "POST" and request.path.endswith(COUNT_TOKENS_PATH):
             return self._json(self._anthropic, HttpReply(200, {"input_tokens": _tokens(body)}))
         if fmt is not None:
-            return await self._model_request(request, fmt, recorded)
+            try:
+                return await self._model_request(request, fmt, recorded)
+            except asyncio.CancelledError:
+                self.disconnects += 1
+                raise
         if request.method == "GET" and request.path.endswith(MODELS_PATH):
             return self._json(self._anthropic if anthropic else self._openai,
                               HttpReply(200, _model_list(anthropic)))
@@ -209,6 +217,7 @@ class ScriptedModel:
                 await response.write(fmt.encode(event, seq))
             await response.write_eof()
         except ConnectionResetError:
+            self.disconnects += 1
             return response  # the client went away mid-stream: nothing to finish
         if turn.stream_error_after is None:
             fmt.remember(reply)
