@@ -24,6 +24,7 @@ from sidecar.proxy.upstream import Upstreams
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.observer import TelemetryAddon
 from sidecar.telemetry.rejection_log import RejectionLog
+from sidecar.telemetry.tracing import tracing_from_settings
 
 log = logging.getLogger("sidecar")
 
@@ -39,6 +40,10 @@ class Sidecar:
         self.metrics = Metrics(settings.telemetry.tool_label_cap)
         self.rejections = RejectionLog.from_settings(settings.rejection_log, self.metrics)
         self.addons = Addons([TelemetryAddon(self.metrics, self.rejections)])
+        # Traces only when an OTLP endpoint is configured: otherwise no addon, no cost.
+        self.tracing = tracing_from_settings(settings.telemetry)
+        if self.tracing is not None:
+            self.addons.add(self.tracing)
         self.upstreams = Upstreams(
             {Provider.ANTHROPIC: settings.anthropic_upstream, Provider.OPENAI: settings.openai_upstream},
             read_timeout_s=settings.upstream_timeout_s,
@@ -57,6 +62,8 @@ class Sidecar:
     async def close(self) -> None:
         await self.upstreams.close()
         await asyncio.to_thread(self.rejections.close)
+        if self.tracing is not None:
+            await self.tracing.aclose()
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         report: dict[str, Any] = {}

@@ -1,0 +1,502 @@
+"""OpenTelemetry traces (GenAI semantic conventions) and the tool duration metric, over OTLP.
+
+Spans, following the GenAI conventions (`gen_ai.provider.name`, the current attribute; older
+versions called it `gen_ai.system`):
+
+- `chat {model}` (CLIENT): one per proxied model request, continuing the agent's
+  `traceparent`; the upstream request carries this span's context.
+- `repair_round {n}` (CLIENT): one per repair round the sidecar holds with the model, a child
+  of the request span; the repair request upstream carries its context.
+- `execute_tool {tool}` (INTERNAL): one per tool call. A delivered call's span runs from the
+  moment the call reached the agent to the arrival of its result (the agent's next request);
+  a refused call's span is instantaneous and carries `error.type`.
+
+Pending tool spans live in a bounded map; the oldest are ended as "abandoned" when it fills.
+Providers are private to the Sidecar (never the global ones) so several sidecars and tests in
+one process do not collide. Argument values and results are recorded only with
+`telemetry.capture_content`; replay keys are never recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from contextvars import Token
+from typing import Any, cast
+
+import orjson
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.metrics import Histogram
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from sidecar import __version__
+from sidecar.addons import Addon
+from sidecar.config import TelemetrySettings
+from sidecar.context import CallCheck, Exchange
+from sidecar.dialects.base import Dialect, Reply, StreamAssembler
+from sidecar.model import ToolCall, VerdictKind
+
+# Explicit bucket boundaries the GenAI conventions give for durations (seconds).
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+TOOL_DURATION_METRIC = "gen_ai.execute_tool.duration"
+MAX_PENDING = 10_000
+ABANDONED = "abandoned"
+
+_propagator = TraceContextTextMapPropagator()
+_SCRATCH = "tracing"
+
+
+def error_type(check: CallCheck) -> str | None:
+    """`error.type` for a refused call (None when allowed)."""
+    verdict = check.verdict
+    if verdict.allowed:
+        return None
+    if verdict.kind is VerdictKind.REJECT:
+        return "unknown_tool" if verdict.status == "unknown_tool" else "schema_violation"
+    return {
+        VerdictKind.DENY: "policy_denied",
+        VerdictKind.APPROVAL: "approval_required",
+        VerdictKind.REPLAY: "replay",
+    }.get(verdict.kind, "_OTHER")
+
+
+def _otlp_url(endpoint: str, signal: str) -> str:
+    """`http://collector:4318` → `…/v1/traces`; an endpoint already naming the path is kept."""
+    base = endpoint.rstrip("/")
+    for known in ("/v1/traces", "/v1/metrics"):
+        if base.endswith(known):
+            base = base[: -len(known)]
+    return f"{base}/v1/{signal}"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value, default=str).decode()
+
+
+def reply_attributes(reply: Reply) -> dict[str, Any]:
+    """gen_ai.response.* and usage from a reply envelope, whichever dialect wrote it."""
+    env = reply.envelope
+    attrs: dict[str, Any] = {}
+    if isinstance(env.get("model"), str):
+        attrs["gen_ai.response.model"] = env["model"]
+    if isinstance(env.get("id"), str):
+        attrs["gen_ai.response.id"] = env["id"]
+    usage = env.get("usage")
+    if isinstance(usage, dict):
+        for key, names in (
+            ("gen_ai.usage.input_tokens", ("input_tokens", "prompt_tokens")),
+            ("gen_ai.usage.output_tokens", ("output_tokens", "completion_tokens")),
+        ):
+            for name in names:
+                if isinstance(usage.get(name), int):
+                    attrs[key] = usage[name]
+                    break
+    reasons: list[str] = []
+    if isinstance(env.get("stop_reason"), str):  # Anthropic
+        reasons.append(env["stop_reason"])
+    for choice in env.get("choices") or []:  # Chat Completions
+        if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
+            reasons.append(choice["finish_reason"])
+    if env.get("object") == "response" and isinstance(env.get("status"), str):  # Responses
+        reasons.append(env["status"])
+    if reasons:
+        attrs["gen_ai.response.finish_reasons"] = reasons
+    return attrs
+
+
+class _State:
+    """Per-exchange tracing state, kept in `exchange.scratch`."""
+
+    __slots__ = ("ctx", "errored", "pending_verdicts", "replies", "round", "round_span", "span", "token")
+
+    def __init__(self, span: Span, ctx: otel_context.Context, token: Token[otel_context.Context]) -> None:
+        self.span = span
+        self.ctx = ctx
+        self.token = token
+        self.round = 0
+        self.round_span: Span | None = None
+        self.replies = 0
+        self.errored = False
+        # call id -> the check of a call that is going to be delivered (verdict, reasons).
+        self.pending_verdicts: dict[str, CallCheck] = {}
+
+
+class _AssemblerTap:
+    """Delegates to a stream assembler and reports its final reply to the tracing addon."""
+
+    def __init__(self, inner: StreamAssembler, addon: TracingAddon, exchange: Exchange) -> None:
+        self._inner = inner
+        self._addon = addon
+        self._exchange = exchange
+
+    def reply(self) -> Reply:
+        reply = self._inner.reply()
+        self._addon.on_reply(self._exchange, reply)
+        return reply
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _DialectTap:
+    """Delegates to the exchange's dialect and reports each reply read (request and repair
+    rounds) so spans get `gen_ai.response.*` and usage. Per exchange, only when tracing is on.
+
+    The addon hooks do not carry the model's reply; a `response(exchange, reply)` hook in the
+    handler would make this tap unnecessary.
+    """
+
+    def __init__(self, inner: Dialect, addon: TracingAddon, exchange: Exchange) -> None:
+        self._inner = inner
+        self._addon = addon
+        self._exchange = exchange
+
+    def read_reply(self, body: dict[str, Any]) -> Reply:
+        reply = self._inner.read_reply(body)
+        self._addon.on_reply(self._exchange, reply)
+        return reply
+
+    def assembler(self) -> StreamAssembler:
+        return cast(StreamAssembler, _AssemblerTap(self._inner.assembler(), self._addon, self._exchange))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class TracingAddon(Addon):
+    """Spans and the tool duration metric; added to the Sidecar only when OTLP is configured."""
+
+    name = "tracing"
+
+    def __init__(
+        self,
+        settings: TelemetrySettings,
+        span_exporter: SpanExporter | None = None,
+        span_processor: SpanProcessor | None = None,
+        metric_reader: MetricReader | None = None,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        self.capture_content = settings.capture_content
+        self.max_pending = max_pending
+        resource = Resource.create({"service.name": "agent-tool-sidecar", "service.version": __version__})
+        self.provider = TracerProvider(resource=resource)
+        if span_processor is None and span_exporter is None and settings.otlp_endpoint:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            span_exporter = OTLPSpanExporter(endpoint=_otlp_url(settings.otlp_endpoint, "traces"))
+        if span_processor is None and span_exporter is not None:
+            span_processor = BatchSpanProcessor(span_exporter)
+        if span_processor is not None:
+            self.provider.add_span_processor(span_processor)
+        self.tracer = self.provider.get_tracer("sidecar.telemetry.tracing", __version__)
+
+        self.meter_provider: MeterProvider | None = None
+        self.tool_duration: Histogram | None = None
+        if metric_reader is None and settings.otlp_metrics and settings.otlp_endpoint:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+            metric_reader = PeriodicExportingMetricReader(
+                OTLPMetricExporter(endpoint=_otlp_url(settings.otlp_endpoint, "metrics"))
+            )
+        if metric_reader is not None:
+            self.meter_provider = MeterProvider(metric_readers=[metric_reader], resource=resource)
+            meter = self.meter_provider.get_meter("sidecar.telemetry.tracing", __version__)
+            self.tool_duration = meter.create_histogram(
+                TOOL_DURATION_METRIC, unit="s", description="Duration of tool call executions.",
+                explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+            )  # fmt: skip
+        # call id -> (span, perf_counter at delivery, attributes for the duration metric)
+        self._pending: OrderedDict[str, tuple[Span, float, dict[str, str]]] = OrderedDict()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def force_flush(self) -> None:
+        """Blocking: export everything buffered (call from a thread when inside a loop)."""
+        self.provider.force_flush()
+        if self.meter_provider is not None:
+            self.meter_provider.force_flush()
+
+    def shutdown(self) -> None:
+        """Blocking: end pending tool spans as abandoned, flush and stop the exporters."""
+        while self._pending:
+            _, (span, _, _) = self._pending.popitem(last=False)
+            self._abandon(span)
+        self.provider.shutdown()
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.shutdown)
+
+    # ---------------------------------------------------------------- helpers
+
+    @staticmethod
+    def _state(exchange: Exchange) -> _State | None:
+        state = exchange.scratch.get(_SCRATCH)
+        return state if isinstance(state, _State) else None
+
+    def on_reply(self, exchange: Exchange, reply: Reply) -> None:
+        """A model reply was read: the first belongs to the request span, later ones to the
+        repair round in progress."""
+        state = self._state(exchange)
+        if state is None:
+            return
+        state.replies += 1
+        target = state.span if state.replies == 1 or state.round_span is None else state.round_span
+        if target.is_recording():
+            target.set_attributes(reply_attributes(reply))
+
+    @staticmethod
+    def _abandon(span: Span) -> None:
+        span.set_attribute("sidecar.tool.outcome", ABANDONED)
+        span.set_status(Status(StatusCode.ERROR, ABANDONED))
+        span.end()
+
+    def _check_attributes(self, check: CallCheck) -> dict[str, Any]:
+        call, verdict = check.call, check.verdict
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "gen_ai.tool.type": "function",
+            "sidecar.verdict": verdict.kind.value,
+            "sidecar.action": check.action,
+            "sidecar.repair.round": check.round,
+        }
+        if verdict.status:
+            attrs["sidecar.status"] = verdict.status
+        reasons = list(check.policy_reasons or verdict.reasons)
+        if reasons:
+            attrs["sidecar.policy.reasons"] = reasons
+        if verdict.errors:
+            # Field names and problem kinds only: a problem text may quote an argument value.
+            attrs["sidecar.argument_errors.fields"] = [e.field for e in verdict.errors]
+            attrs["sidecar.argument_errors.kinds"] = [e.kind for e in verdict.errors]
+        if verdict.guard:
+            attrs["sidecar.guard"] = verdict.guard
+        if check.observed:
+            attrs["sidecar.observed_verdicts"] = [v.kind.value for v in check.observed]
+        count = check.replay.get("count") if isinstance(check.replay, dict) else None
+        if isinstance(count, int) and count:
+            attrs["sidecar.replay.count"] = count
+        if isinstance(check.approval, dict) and check.approval.get("status") not in (None, "none"):
+            attrs["sidecar.approval.status"] = str(check.approval.get("status"))
+        if self.capture_content:
+            attrs["gen_ai.tool.call.arguments"] = (
+                _text(call.arguments) if call.arguments is not None else call.raw_arguments
+            )
+        return attrs
+
+    # ---------------------------------------------------------------- hooks
+
+    async def request(self, exchange: Exchange) -> None:
+        parent = _propagator.extract(_HeaderGetter.carrier(exchange.headers))
+        model = exchange.view.model or "unknown"
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": exchange.provider.value,
+            "gen_ai.request.model": model,
+            "sidecar.session.hash": _short_hash(exchange.session),
+            "sidecar.dialect": exchange.dialect.name,
+            "sidecar.stream": exchange.view.stream,
+        }
+        if exchange.url.host:
+            attrs["server.address"] = exchange.url.host
+        if exchange.url.port:
+            attrs["server.port"] = exchange.url.port
+        span = self.tracer.start_span(f"chat {model}", context=parent, kind=SpanKind.CLIENT, attributes=attrs)
+        ctx = trace.set_span_in_context(span, parent)
+        # Current for the rest of the handler, so log lines carry this span's ids.
+        token = otel_context.attach(ctx)
+        exchange.scratch[_SCRATCH] = _State(span, ctx, token)
+        self._inject(exchange, ctx)
+        exchange.dialect = cast(Dialect, _DialectTap(exchange.dialect, self, exchange))
+        self._match_results(exchange)  # tool spans end inside the request that brings the result
+        task = asyncio.current_task()
+        if task is not None:  # the handler may end on an exception, without `done`
+            task.add_done_callback(lambda _t: self._end_unfinished(exchange))
+
+    @staticmethod
+    def _inject(exchange: Exchange, ctx: otel_context.Context) -> None:
+        for name in ("traceparent", "tracestate"):
+            exchange.headers.popall(name, None)
+        carrier: dict[str, str] = {}
+        _propagator.inject(carrier, context=ctx)
+        exchange.headers.update(carrier)
+
+    def _match_results(self, exchange: Exchange) -> None:
+        """End the spans of delivered calls whose results this request carries."""
+        now = time.perf_counter()
+        for result in exchange.view.results:
+            entry = self._pending.pop(result.call_id, None)
+            if entry is None:
+                continue  # an old result repeated in history, or a call this process never saw
+            span, delivered_at, metric_attrs = entry
+            seconds = max(0.0, now - delivered_at)
+            span.set_attribute("sidecar.tool.outcome", "error" if result.is_error else "ok")
+            if self.capture_content:
+                span.set_attribute("gen_ai.tool.call.result", _text(result.content))
+            if result.is_error:
+                span.set_attribute("error.type", "tool_error")
+                span.set_status(Status(StatusCode.ERROR, "tool_error"))
+                metric_attrs = {**metric_attrs, "error.type": "tool_error"}
+            span.end()
+            if self.tool_duration is not None:
+                self.tool_duration.record(seconds, metric_attrs)
+
+    async def checked(self, exchange: Exchange, checks: list[CallCheck]) -> None:
+        state = self._state(exchange)
+        if state is None:
+            return
+        # A new batch of checks closes the repair round whose reply they judged.
+        if state.round_span is not None:
+            state.round_span.end()
+            state.round_span = None
+        parent_ctx = state.ctx
+        if any(c.action == "repair" for c in checks):
+            state.round += 1
+            model = exchange.view.model or "unknown"
+            state.round_span = self.tracer.start_span(
+                f"repair_round {state.round}", context=state.ctx, kind=SpanKind.CLIENT,
+                attributes={
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.provider.name": exchange.provider.value,
+                    "gen_ai.request.model": model,
+                    "sidecar.repair.round": state.round,
+                    "sidecar.repair.refused_calls": sum(1 for c in checks if c.action == "repair"),
+                },
+            )  # fmt: skip
+            # The repair request upstream carries the round's context.
+            self._inject(exchange, trace.set_span_in_context(state.round_span, state.ctx))
+        for check in checks:
+            if check.action in ("allowed", "observed"):
+                state.pending_verdicts[check.call.id] = check
+                continue
+            # Refused (repair, blocked) or not run: never reaches the agent, an instant span.
+            span = self.tracer.start_span(
+                f"execute_tool {check.call.name}", context=parent_ctx,
+                kind=SpanKind.INTERNAL, attributes=self._check_attributes(check),
+            )  # fmt: skip
+            kind = error_type(check)
+            if kind is not None:
+                span.set_attribute("error.type", kind)
+                span.set_status(Status(StatusCode.ERROR, check.verdict.summary()[:200]))
+            span.end()
+
+    async def delivered(self, exchange: Exchange, calls: list[ToolCall]) -> None:
+        state = self._state(exchange)
+        if state is None:
+            return
+        now = time.perf_counter()
+        for call in calls:
+            check = state.pending_verdicts.pop(call.id, None)
+            attrs = self._check_attributes(check) if check is not None else {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.tool.call.id": call.id,
+                "gen_ai.tool.type": "function",
+                "sidecar.verdict": "allow",
+            }  # fmt: skip
+            if check is not None:
+                observed = error_type(check)
+                if observed is not None:  # observe mode: delivered despite a refusal
+                    attrs["sidecar.observed_error_type"] = observed
+            span = self.tracer.start_span(
+                f"execute_tool {call.name}", context=state.ctx, kind=SpanKind.INTERNAL, attributes=attrs
+            )
+            metric_attrs = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.provider.name": exchange.provider.value,
+            }
+            self._pending.pop(call.id, None)
+            self._pending[call.id] = (span, now, metric_attrs)
+            while len(self._pending) > self.max_pending:
+                _, (oldest, _, _) = self._pending.popitem(last=False)
+                self._abandon(oldest)
+
+    async def repaired(self, exchange: Exchange, outcome: str) -> None:
+        state = self._state(exchange)
+        if state is None:
+            return
+        state.span.set_attribute("sidecar.repair.outcome", outcome)
+        if state.round_span is not None and outcome == "exhausted":
+            state.round_span.set_attribute("sidecar.repair.outcome", outcome)
+
+    async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:
+        state = self._state(exchange)
+        if state is None:
+            return
+        target = state.round_span if state.round_span is not None else state.span
+        if target.is_recording():
+            target.set_attribute("http.response.status_code", status)
+            if status >= 400 or status < 200:
+                target.set_attribute("error.type", str(status))
+                target.set_status(Status(StatusCode.ERROR))
+                state.errored = state.errored or target is state.span
+
+    async def done(self, exchange: Exchange, status: int, overhead_s: float, stream: bool) -> None:
+        state = exchange.scratch.pop(_SCRATCH, None)
+        if not isinstance(state, _State):
+            return
+        if state.round_span is not None:
+            state.round_span.end()
+        span = state.span
+        span.set_attribute("sidecar.repair.rounds", exchange.repair_rounds)
+        span.set_attribute("sidecar.overhead_ms", round(overhead_s * 1000, 3))
+        if status >= 400 and not state.errored:
+            span.set_attribute("error.type", str(status))
+            span.set_status(Status(StatusCode.ERROR))
+        span.end()
+        with contextlib.suppress(Exception):  # a foreign context: nothing to restore
+            otel_context.detach(state.token)
+
+    def _end_unfinished(self, exchange: Exchange) -> None:
+        """The handler task ended without `done` (upstream unreachable, client gone)."""
+        state = exchange.scratch.pop(_SCRATCH, None)
+        if not isinstance(state, _State):
+            return
+        if state.round_span is not None:
+            state.round_span.end()
+        state.span.set_attribute("error.type", "sidecar_incomplete")
+        state.span.set_status(Status(StatusCode.ERROR, "the request ended without a response"))
+        state.span.end()
+
+
+class _HeaderGetter:
+    @staticmethod
+    def carrier(headers: Mapping[str, str]) -> dict[str, str]:
+        """traceparent/tracestate from the agent's headers, lower-cased for the propagator."""
+        out: dict[str, str] = {}
+        for name in ("traceparent", "tracestate"):
+            value = headers.get(name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+def _short_hash(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def tracing_from_settings(settings: TelemetrySettings) -> TracingAddon | None:
+    """The tracing addon, or None when no OTLP endpoint is configured (then nothing runs)."""
+    return TracingAddon(settings) if settings.otlp_endpoint else None
+
+
+__all__: Sequence[str] = ("DURATION_BUCKETS", "TOOL_DURATION_METRIC", "TracingAddon", "tracing_from_settings")
