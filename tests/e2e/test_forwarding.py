@@ -421,6 +421,19 @@ async def test_body_limit_on_the_wire(model, start_sidecar, chunked):
     assert model.requests[0].body == padded(2048)
 
 
+async def test_compressed_request_body_on_a_model_endpoint(model, sidecar):
+    """A model request the sidecar cannot read would reach the model unchecked: it is refused."""
+    body = gzip.compress(orjson.dumps(MESSAGES_BODY))
+    headers = {**ANTHROPIC_HEADERS, "content-type": "application/json", "content-encoding": "gzip"}
+    model.add_turns(Turn(tool_calls=[BAD_DAYS]))
+    async with aiohttp.ClientSession() as session, session.post(
+        sidecar.proxy_url + "/v1/messages", data=body, headers=headers
+    ) as response:
+        assert response.status == 415
+        assert (await response.json())["type"] == "error"
+    assert model.requests == []
+
+
 # -- 5. compressed upstream bodies -----------------------------------------------------------
 
 TOOLS = {

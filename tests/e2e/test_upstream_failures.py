@@ -232,3 +232,27 @@ async def test_client_disconnect_before_first_byte_cancels_upstream(model, sidec
     await _wait_for(lambda: model.disconnects == 1, wait)
     assert time.perf_counter() - started < wait * 0.5
     await _works_afterwards(model, sidecar)
+
+
+async def test_truncated_passthrough_body_is_not_passed_off_as_whole(start_sidecar):
+    """The upstream promises 1000 bytes and hangs up after 10: the agent must see a broken
+    response, never a short body that looks complete."""
+
+    async def liar(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+        writer.write(b'{"data": [')
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(liar, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        running = await start_sidecar(openai_upstream=f"http://127.0.0.1:{port}")
+        async with aiohttp.ClientSession() as session, session.get(running.proxy_url + "/v1/models") as response:
+            assert response.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await response.read()
+    finally:
+        server.close()
+        await server.wait_closed()
