@@ -1,0 +1,242 @@
+"""The one place approvals are created, decided, consumed, waited for and expired.
+
+Guards and the admin API both go through `ApprovalService`, so every state change is audited
+(`log_event("approval", …)`), counted and reflected in the pending gauge the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from sidecar.approvals.notifier import WebhookNotifier
+from sidecar.config import Settings
+from sidecar.state import Approval, Decision, StateStore, StateUnavailable
+from sidecar.telemetry.logs import log_event
+from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.redact import redact
+
+log = logging.getLogger("sidecar.approvals")
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def approval_json(a: Approval) -> dict[str, Any]:
+    """The admin API / webhook view: the record plus readable times."""
+    data = asdict(a)
+    data["created_at"] = iso(a.created)
+    data["expires_at"] = iso(a.expires)
+    data["decided_at_iso"] = iso(a.decided_at)
+    return data
+
+
+class ApprovalService:
+    def __init__(
+        self,
+        settings: Settings,
+        store: StateStore,
+        metrics: Metrics,
+        notifier: WebhookNotifier | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.notifier = notifier or WebhookNotifier(settings.approvals, metrics)
+        # Set by `sidecar.app.start` to the bound admin address unless configured.
+        self.admin_url = (settings.approvals.admin_url or "").rstrip("/") or None
+        self._waiters: dict[str, tuple[asyncio.Event, int]] = {}
+        self._create_lock = asyncio.Lock()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def clock(self) -> float:
+        """The store's clock, so lazy expiry and ours agree (and tests can move both)."""
+        return self.store.limits.clock()
+
+    def mode_for(self, tool: str) -> str:
+        return self.settings.tool(tool).approval_mode or self.settings.approvals.mode
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        await self.notifier.close()
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await self.sweep()
+            await asyncio.sleep(self.settings.approvals.sweep_interval_s)
+
+    async def sweep(self) -> list[Approval]:
+        """Expire overdue approvals (each counted once, even across replicas), recount pending."""
+        try:
+            expired = await self.store.expire_approvals(self.clock())
+        except StateUnavailable:
+            self.metrics.state_error(self.store.name)
+            return []
+        except Exception:
+            log.exception("expiring approvals failed")
+            return []
+        for a in expired:
+            self.metrics.approval("expired")
+            self._audit("expired", a)
+            self._wake(a.id)
+        await self.refresh_pending()
+        return expired
+
+    async def refresh_pending(self) -> None:
+        """Set the gauge from the store: the truth for every replica sharing it."""
+        try:
+            pending = await self.store.list_approvals("pending")
+        except StateUnavailable:
+            self.metrics.state_error(self.store.name)
+            return
+        self.metrics.approvals_pending(len(pending))
+
+    # -- the call side -------------------------------------------------------------------
+
+    async def find(self, session: str, tool: str, args_hash: str) -> Approval | None:
+        return await self.store.find_approval(session, tool, args_hash)
+
+    async def find_or_create(
+        self,
+        session: str,
+        tool: str,
+        arguments: dict[str, Any],
+        args_hash: str,
+        group: str,
+        ttl_s: int,
+        reasons: list[str],
+    ) -> tuple[Approval, bool]:
+        """The usable approval for this exact call, or a new pending one (created=True).
+
+        Serialised in-process so two identical calls of one turn share one record.
+        """
+        async with self._create_lock:
+            existing = await self.store.find_approval(session, tool, args_hash)
+            now = self.clock()
+            if existing is not None and (
+                existing.status in ("pending", "denied")
+                or (existing.status == "approved" and now < existing.expires)
+            ):
+                return existing, False
+            matcher = self.settings.rejection_log.redact_keys
+            a = Approval(
+                id="apr_" + secrets.token_hex(10),
+                session=session,
+                tool=tool,
+                arguments=redact(arguments, matcher),
+                args_hash=args_hash,
+                group=group,
+                reasons=list(reasons),
+                created=now,
+                expires=now + ttl_s,
+            )
+            await self.store.create_approval(a)
+        self._audit("requested", a)
+        self.notifier.notify(self.webhook_payload(a))
+        await self.refresh_pending()
+        return a, True
+
+    async def consume(self, a: Approval, call_id: str) -> bool:
+        """Exactly once: the store's atomic approved → consumed."""
+        ok = await self.store.consume_approval(a.id, self.clock())
+        if ok:
+            self._audit("consumed", a, call_id=call_id)
+        return ok
+
+    async def wait(self, approval_id: str, timeout_s: float) -> Approval | None:
+        """Hold mode: until the approval is no longer pending or `timeout_s` passes.
+
+        Decisions taken by this process wake the waiter at once; decisions taken through
+        another replica (shared Redis) are seen by polling every `poll_interval_s`.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        event, users = self._waiters.get(approval_id, (asyncio.Event(), 0))
+        self._waiters[approval_id] = (event, users + 1)
+        try:
+            while True:
+                a = await self.store.get_approval(approval_id)
+                remaining = deadline - loop.time()
+                if a is None or a.status != "pending" or remaining <= 0:
+                    return a
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(self.settings.approvals.poll_interval_s, remaining))
+        finally:
+            event, users = self._waiters[approval_id]
+            if users <= 1:
+                del self._waiters[approval_id]
+            else:
+                self._waiters[approval_id] = (event, users - 1)
+
+    def _wake(self, approval_id: str) -> None:
+        entry = self._waiters.get(approval_id)
+        if entry is not None:
+            entry[0].set()
+
+    # -- the human side ------------------------------------------------------------------
+
+    async def decide(
+        self, approval_id: str, decision: Decision, by: str, comment: str | None, token: str
+    ) -> Approval:
+        """Atomic pending → approved/denied. Raises ApprovalConflict / ApprovalNotFound."""
+        a = await self.store.decide_approval(approval_id, decision, by, comment, self.clock())
+        self.metrics.approval(decision)
+        self._audit(decision, a, token=token)
+        self._wake(approval_id)
+        await self.refresh_pending()
+        return a
+
+    # -- audit and notification ------------------------------------------------------------
+
+    def _audit(self, action: str, a: Approval, **extra: Any) -> None:
+        log_event(
+            "approval",
+            action=action,
+            approval_id=a.id,
+            tool=a.tool,
+            session=a.session,
+            group=a.group,
+            reasons=a.reasons,
+            arguments=a.arguments,
+            args_hash=a.args_hash,
+            expires=iso(a.expires),
+            decided_by=a.decided_by,
+            comment=a.comment,
+            **extra,
+        )
+
+    def webhook_payload(self, a: Approval) -> dict[str, Any]:
+        base = self.admin_url or f"http://{self.settings.admin_listen}"
+        return {
+            "event": "approval_requested",
+            "id": a.id,
+            "tool": a.tool,
+            "session": a.session,
+            "group": a.group,
+            "reasons": a.reasons,
+            "arguments": a.arguments,
+            "args_hash": a.args_hash,
+            "created": iso(a.created),
+            "expires": iso(a.expires),
+            "approve_url": f"{base}/approvals/{a.id}/approve",
+            "deny_url": f"{base}/approvals/{a.id}/deny",
+            "show_url": f"{base}/approvals/{a.id}",
+        }
