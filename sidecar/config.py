@@ -55,6 +55,8 @@ class ToolSettings(_Section):
     mode: Literal["enforce", "observe", "block"] | None = None
     lockdown: LockdownSettings | None = None
     side_effects: bool | None = None
+    # A side-effecting tool whose identical repeats are legitimate (replays are let through).
+    repeatable: bool | None = None
     approval_mode: Literal["defer", "hold"] | None = None
 
 
