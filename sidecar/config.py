@@ -104,6 +104,16 @@ class ApprovalSettings(_Section):
     default_ttl_s: int = Field(3600, ge=1)
     webhook_url: str | None = None
     webhook_retries: int = Field(3, ge=0)
+    # First retry delay; doubles per attempt (bounded by webhook_retries).
+    webhook_backoff_s: float = Field(0.5, gt=0)
+    webhook_timeout_s: float = Field(5.0, gt=0)
+    # How often pending approvals are expired and the pending gauge is recounted.
+    sweep_interval_s: float = Field(5.0, gt=0)
+    # Hold mode: how often the store is polled for a decision made on another replica.
+    poll_interval_s: float = Field(0.2, gt=0)
+    # Admin API URL people can reach, for the approve/deny links in notifications
+    # (default: the address the admin port is bound to).
+    admin_url: str | None = None
 
 
 class TelemetrySettings(_Section):
