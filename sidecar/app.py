@@ -15,12 +15,15 @@ from aiohttp import web
 from sidecar.addons import Addons
 from sidecar.admin.app import build_admin_app
 from sidecar.config import Settings
-from sidecar.enforce import Enforcer
+from sidecar.enforce import Continuations, Enforcer
 from sidecar.guards.arguments import ArgumentsGuard
 from sidecar.guards.base import Guard, GuardChain
+from sidecar.guards.replay import ReplayGuard, ReplayLedger, ToolTraits, store_health
+from sidecar.guards.results import ResultMatcher
 from sidecar.handler import ProxyHandler, RepairChannel
 from sidecar.model import Provider
 from sidecar.proxy.upstream import Upstreams
+from sidecar.state import build_store
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.observer import TelemetryAddon
 from sidecar.telemetry.rejection_log import RejectionLog
@@ -49,12 +52,26 @@ class Sidecar:
             read_timeout_s=settings.upstream_timeout_s,
             connect_timeout_s=settings.upstream_connect_timeout_s,
         )
-        self.guards: list[Guard] = [ArgumentsGuard(settings)]
+        # Ledger, replay index, approvals, Responses memo: memory, SQLite or shared Redis.
+        self.state = build_store(settings.state)
+        self.tool_traits = ToolTraits.from_settings(settings)
+        self.addons.add(ResultMatcher(self.state, self.metrics))
+        self.addons.add(ReplayLedger(self.state, self.metrics))
+        self.guards: list[Guard] = [
+            ArgumentsGuard(settings),
+            ReplayGuard(settings, self.state, self.tool_traits, self.metrics),
+        ]
+        continuations = Continuations(store=self.state, on_state_error=self._state_error)
         self.enforcer = Enforcer(
-            settings, GuardChain(self.guards), self.addons, RepairChannel(self.upstreams, self.addons)
+            settings, GuardChain(self.guards), self.addons, RepairChannel(self.upstreams, self.addons),
+            continuations,
         )
         self.handler = ProxyHandler(settings, self.upstreams, self.enforcer, self.addons)
         self.health_checks: dict[str, HealthCheck] = {"rejection_log": self.rejections.health}
+        self.health_checks["state"] = store_health(self.state)
+
+    def _state_error(self, _exc: Exception) -> None:
+        self.metrics.state_error(self.state.name)
 
     async def start(self) -> None:
         await self.upstreams.start()
@@ -62,6 +79,7 @@ class Sidecar:
     async def close(self) -> None:
         await self.upstreams.close()
         await asyncio.to_thread(self.rejections.close)
+        await self.state.close()
         if self.tracing is not None:
             await self.tracing.aclose()
 
