@@ -115,7 +115,9 @@ class StreamAssembler(ABC):
     def feed(self, event: SSEEvent) -> bool:
         """True: forward the event now. False: it is held (see `held`)."""
         if self.error is not None:
-            return False
+            # After an error only the upstream's own ending passes (Responses sends
+            # `response.failed`), and only when no call was held: it may list held items.
+            return not self.holding
         position, starts_call = self.apply(event)
         if self.error is not None:
             return True  # errors are forwarded at once; held calls are discarded
