@@ -7,6 +7,7 @@ Content blocks are the items; `index` is a block's position in `content`. Client
 from __future__ import annotations
 
 import copy
+import secrets
 from typing import Any
 
 import orjson
@@ -217,7 +218,11 @@ class AnthropicDialect(Dialect):
         )
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
-        return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}
+        return {
+            "type": "error",
+            "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message},
+            "request_id": "req_sidecar_" + secrets.token_hex(12),
+        }
 
 
 def _reindex(event: SSEEvent, position: int) -> bytes:
