@@ -43,17 +43,24 @@ def _call(wire: dict[str, Any], ordinal: int) -> ToolCall:
     return call
 
 
+def _kind(wire: dict[str, Any]) -> ItemKind:
+    kind = wire.get("type")
+    if kind == "function_call":
+        return ItemKind.CALL
+    return ItemKind.TEXT if kind == "message" else ItemKind.OTHER
+
+
 def _items(output: list[Any]) -> list[Item]:
     items: list[Item] = []
     ordinal = 0
     for wire in output:
         if not isinstance(wire, dict):
             continue
-        if wire.get("type") == "function_call":
+        if _kind(wire) is ItemKind.CALL:
             items.append(Item(ItemKind.CALL, wire, _call(wire, ordinal)))
             ordinal += 1
         else:
-            items.append(Item(ItemKind.OTHER, wire))
+            items.append(Item(_kind(wire), wire))
     return items
 
 
@@ -247,9 +254,9 @@ class _ResponsesStream(StreamAssembler):
             wire = dict(data.get("item") or {})
             position = len(self.items)
             self._positions[index] = position
-            is_call = wire.get("type") == "function_call"
-            self.items.append(Item(ItemKind.CALL if is_call else ItemKind.OTHER, wire))
-            return position, is_call
+            item_kind = _kind(wire)
+            self.items.append(Item(item_kind, wire))
+            return position, item_kind is ItemKind.CALL
         found = self._positions.get(index)
         if found is None:
             return None, False
