@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.app import Running, start
-from sidecar.config import load_settings
+from sidecar.config import Settings, load_settings
 from sidecar.demo.agent import SupportAgent
 from sidecar.demo.scenes import SCENES, Scene
 from sidecar.scripted import ScriptedModel
@@ -73,7 +73,15 @@ async def run_demo(verbose: bool = False) -> int:
             _say(f"scripted model on {model.url}; sidecar proxy on {sidecar.proxy_url}, admin on {sidecar.admin_url}")
             try:
                 for number, scene in enumerate(SCENES, 1):
-                    await _scene(number, scene, model, sidecar, log)
+                    if not scene.settings:
+                        await _scene(number, scene, model, sidecar, log)
+                        continue
+                    # A scene with its own settings gets its own sidecar (same model, same log).
+                    own = await start(Settings.model_validate({**settings.model_dump(), **scene.settings}))
+                    try:
+                        await _scene(number, scene, model, own, log)
+                    finally:
+                        await own.stop()
                 summary = sidecar.sidecar.metrics.status_summary()
                 _say("\n== What the sidecar counted (GET /v1/status on the admin port)")
                 for tool, stats in sorted(summary.get("tools", {}).items()):

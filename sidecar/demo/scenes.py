@@ -38,3 +38,24 @@ SCENES: list[Scene] = [
         "The agent never saw the call with \"open\" and \"10\": the model got a structured error and fixed it.",
     ),
 ]
+
+# Appended by the replay work (issue 6): a side-effecting call the model makes twice.
+_SEND_REFUND_NOTE = ToolCallSpec(
+    "support_replies_send",
+    {"ticket_id": "T-1042", "to": "ana@example.com", "body": "Your refund was issued today."},
+)
+SCENES.append(
+    Scene(
+        "Replay: the model sends the same reply twice; the second is answered from the ledger",
+        "Tell the customer of T-1042 that the refund was issued.",
+        [
+            Turn(text="Sending the reply.", tool_calls=[_SEND_REFUND_NOTE]),
+            Turn(text="Let me send that to be sure.", tool_calls=[_SEND_REFUND_NOTE]),
+            Turn(text="The sidecar tells me this exact reply was already sent earlier, so I did not send it "
+                      "again. The customer has been told."),
+        ],
+        "The agent ran the send once. The repeat never reached it: the model was told \"this was already "
+        "done at …\" with the original call's time and result (status replayed).",
+        settings={"tools": {"support_replies_send": {"side_effects": True}}},
+    )
+)
