@@ -350,8 +350,12 @@ class PolicyWatcher:
         except PolicyLoadError as exc:
             self._report(str(exc), "missing")
             return
-        if new_hash == self._hash or new_hash == self._failed_hash:
+        if new_hash == self._failed_hash:
             return
+        if new_hash == self._hash and self._failed_hash is None:
+            return
+        # (A revert to the revision in force after a broken one is loaded again, so the
+        # error clears: the running policy never changed, but health must say it is fine.)
         try:
             bundle = await asyncio.to_thread(read_bundle, self.directory)
             self._apply(bundle)
