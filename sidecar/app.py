@@ -18,12 +18,17 @@ from sidecar.config import Settings
 from sidecar.enforce import Continuations, Enforcer
 from sidecar.guards.arguments import ArgumentsGuard
 from sidecar.guards.base import Guard, GuardChain
+from sidecar.guards.policy import PolicyGuard
 from sidecar.guards.replay import ReplayGuard, ReplayLedger, ToolTraits, store_health
 from sidecar.guards.results import ResultMatcher
 from sidecar.handler import ProxyHandler, RepairChannel
 from sidecar.model import Provider
+from sidecar.policy import EmbeddedEngine, build_engine
+from sidecar.policy.results import ResultPolicy
+from sidecar.policy.tool_list import ToolListFilter
 from sidecar.proxy.upstream import Upstreams
 from sidecar.state import build_store
+from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.observer import TelemetryAddon
 from sidecar.telemetry.rejection_log import RejectionLog
@@ -57,9 +62,17 @@ class Sidecar:
         self.tool_traits = ToolTraits.from_settings(settings)
         self.addons.add(ResultMatcher(self.state, self.metrics))
         self.addons.add(ReplayLedger(self.state, self.metrics))
+        # Rego: a broken policy at startup is an error (PolicyLoadError); later a broken
+        # revision keeps the last good one and /readyz says so.
+        self.policy = build_engine(settings.policy, settings.policies, on_reload=self._policy_reloaded)
+        # After ResultMatcher: the policy sees matched results; session counts from the ledger.
+        self.addons.add(ToolListFilter(settings, self.policy, self.metrics, self.state))
+        self.addons.add(ResultPolicy(settings, self.policy, self.metrics, self.state))
         self.guards: list[Guard] = [
             ArgumentsGuard(settings),
             ReplayGuard(settings, self.state, self.tool_traits, self.metrics),
+            # order: arguments → replay → policy → approval (which resolves APPROVAL verdicts)
+            PolicyGuard(settings, self.policy, self.metrics, self.state),
         ]
         continuations = Continuations(store=self.state, on_state_error=self._state_error)
         self.enforcer = Enforcer(
@@ -68,15 +81,23 @@ class Sidecar:
         )
         self.handler = ProxyHandler(settings, self.upstreams, self.enforcer, self.addons)
         self.health_checks: dict[str, HealthCheck] = {"rejection_log": self.rejections.health}
+        self.health_checks["policy"] = self.policy.health
         self.health_checks["state"] = store_health(self.state)
 
     def _state_error(self, _exc: Exception) -> None:
         self.metrics.state_error(self.state.name)
 
+    def _policy_reloaded(self, ok: bool, error: str | None) -> None:
+        self.metrics.policy_reload(ok)
+        log_event("policy_reload", level=logging.INFO if ok else logging.ERROR, ok=ok, error=error)
+
     async def start(self) -> None:
         await self.upstreams.start()
+        if isinstance(self.policy, EmbeddedEngine):
+            await self.policy.start()  # hot reload
 
     async def close(self) -> None:
+        await self.policy.close()
         await self.upstreams.close()
         await asyncio.to_thread(self.rejections.close)
         await self.state.close()

@@ -144,11 +144,27 @@ class Settings(_Section):
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
+    # Who the agent is, for the policy input (`input.agent`). Unset: the pod's POD_NAME /
+    # POD_NAMESPACE (Downward API), else empty.
+    agent_id: str | None = None
+    agent_namespace: str | None = None
+    agent_labels: dict[str, str] = Field(default_factory=dict)
 
     _check_listen = field_validator("listen", "admin_listen")(classmethod(lambda cls, v: _host_port(v)))
     _check_upstreams = field_validator("anthropic_upstream", "openai_upstream")(
         classmethod(lambda cls, v: _origin(v))
     )
+
+    @field_validator("agent_labels", mode="before")
+    @classmethod
+    def _labels_from_text(cls, value: Any) -> Any:
+        """SIDECAR_AGENT_LABELS arrives as text: accept `team=support,tier=prod`."""
+        if isinstance(value, str):
+            pairs = [part.partition("=") for part in value.split(",") if part.strip()]
+            if any(not sep for _, sep, _ in pairs):
+                raise ValueError(f"expected key=value[,key=value...], got {value!r}")
+            return {k.strip(): v.strip() for k, _, v in pairs}
+        return value
 
     def tool(self, name: str) -> ToolSettings:
         return self.tools.get(name) or ToolSettings()

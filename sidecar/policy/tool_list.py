@@ -1,0 +1,70 @@
+"""Tool list filtering (phase `tool_list`): declared tools the policy hides never reach the
+model, and a call to one is refused as an unknown tool.
+
+An addon on the `request` event, so it runs before the request goes upstream. Register it
+after the telemetry addon: telemetry admits the declared tool names as metric labels, and
+this addon counts `sidecar_tools_hidden` itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sidecar.addons import Addon
+from sidecar.config import Settings
+from sidecar.context import Exchange
+from sidecar.policy.engine import PolicyEngine
+from sidecar.policy.inputs import Clock, SessionCounter, agent_identity, base_input, session_counts
+from sidecar.telemetry.logs import log_event
+from sidecar.telemetry.metrics import Metrics
+
+log = logging.getLogger("sidecar.policy")
+
+
+class ToolListFilter(Addon):
+    """Asks `data.sidecar.visible_tools` for each request that declares tools.
+
+    Undefined or an engine error shows every tool: hiding narrows what the model is
+    offered, but every call is still decided, so failing open here is safe. In shadow mode
+    the tools that would be hidden are logged and left in place; off skips the question.
+    """
+
+    name = "policy_tool_list"
+
+    def __init__(
+        self, settings: Settings, engine: PolicyEngine, metrics: Metrics, state: SessionCounter | None = None
+    ) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.state = state
+        self.mode = settings.policy.mode
+        self.agent = agent_identity(settings)
+        self.clock = Clock()
+
+    async def request(self, exchange: Exchange) -> None:
+        declared = exchange.view.declarations
+        if self.mode == "off" or not declared:
+            return
+        document = base_input(
+            exchange, "tool_list", self.agent, await session_counts(exchange, self.state), self.clock.now()
+        )
+        document["tools"] = list(declared)
+        started = time.perf_counter()
+        visible = await self.engine.visible_tools(document)
+        self.metrics.policy_evaluation.labels(self.engine.name).observe(time.perf_counter() - started)
+        if visible is None:
+            return
+        shown = set(visible)
+        hidden = [name for name in declared if name not in shown]
+        if not hidden:
+            return
+        if self.mode == "shadow":
+            log_event("tools_hidden", log=log, session=exchange.session, tools=hidden, mode="shadow", applied=False)
+            return
+        exchange.request = exchange.dialect.hide_tools(exchange.request, set(hidden))
+        exchange.view.declarations = {n: d for n, d in declared.items() if n in shown}
+        exchange.hidden_tools.extend(hidden)
+        for name in hidden:
+            self.metrics.tool_hidden(name)
+        log_event("tools_hidden", log=log, session=exchange.session, tools=hidden, mode=self.mode, applied=True)
