@@ -1,0 +1,160 @@
+"""The policy guard's input document, its per-turn counting, and result decisions, with the
+embedded engine over the shipped policies (no HTTP)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from multidict import CIMultiDict
+from yarl import URL
+
+from sidecar.config import load_settings
+from sidecar.context import CallCheck, Exchange
+from sidecar.dialects import ANTHROPIC
+from sidecar.guards.base import GuardChain
+from sidecar.guards.policy import PolicyGuard
+from sidecar.guards.results import ToolResultRecord
+from sidecar.model import FieldError, Provider, RequestView, ToolCall, ToolDeclaration, Verdict, VerdictKind
+from sidecar.policy import build_engine
+from sidecar.policy.inputs import agent_identity
+from sidecar.policy.results import ResultPolicy
+from sidecar.telemetry.metrics import Metrics
+from tests.policy_e2e.conftest import POLICIES
+
+REFUND = {"type": "object", "properties": {"amount": {"type": "number"}}}
+
+
+def _exchange(*tools: str) -> Exchange:
+    view = RequestView(model="claude-test", declarations={t: ToolDeclaration.create(t, REFUND) for t in tools})
+    return Exchange("x1", Provider.ANTHROPIC, ANTHROPIC, "sess-1", view, {}, URL("http://u"), CIMultiDict())
+
+
+def _setup(**settings: Any) -> tuple[PolicyGuard, Metrics]:
+    flags = {"policies": str(POLICIES), "agent_id": "agent-7", "agent_labels": {"team": "support"}, **settings}
+    config = load_settings(flags=flags, environ={})
+    metrics = Metrics()
+    return PolicyGuard(config, build_engine(config.policy, config.policies), metrics), metrics
+
+
+class Ledger:
+    def __init__(self, total: int, by_tool: dict[str, int]) -> None:
+        self.counts = (total, by_tool)
+        self.asked = 0
+
+    async def session_counts(self, session: str) -> tuple[int, dict[str, int]]:
+        self.asked += 1
+        return self.counts
+
+
+async def test_input_document_follows_the_contract() -> None:
+    guard, _ = _setup()
+    exchange = _exchange("payments_refund")
+    call = ToolCall("toolu_1", "payments_refund", {"amount": 1.0}, '{"amount": 1.0}', index=0)
+    check = CallCheck(call, exchange, parallel=1)
+    check.validation = Verdict.allow()
+    document = await guard.input_for(check)
+
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", document.pop("time"))
+    assert document == {
+        "version": 1,
+        "phase": "tool_call",
+        "provider": "anthropic",
+        "model": "claude-test",
+        "agent": {"id": "agent-7", "namespace": "", "labels": {"team": "support"}},
+        "session": {"id": "sess-1", "calls_total": 0, "calls_by_tool": {}},
+        "tool": {
+            "name": "payments_refund",
+            "declared": True,
+            "schema_hash": exchange.view.declarations["payments_refund"].schema_hash,
+        },
+        "call": {"id": "toolu_1", "args": {"amount": 1.0}, "args_hash": call.args_hash, "index": 0, "parallel": 1},
+        "validation": {"valid": True, "errors": []},
+        "replay": {"count": 0, "first_seen": None},
+        "approval": {"status": "none", "id": None, "approved_by": None},
+    }
+    check.validation = Verdict.reject("invalid_arguments", [FieldError("amount", "expected number", "number")])
+    assert (await guard.input_for(check))["validation"] == {
+        "valid": False,
+        "errors": [{"field": "amount", "problem": "expected number", "expected": "number"}],
+    }
+
+
+def test_agent_identity_falls_back_to_the_pod() -> None:
+    config = load_settings(environ={})
+    assert agent_identity(config, {"POD_NAME": "agent-0", "POD_NAMESPACE": "support"}) == {
+        "id": "agent-0",
+        "namespace": "support",
+        "labels": {},
+    }
+    labelled = load_settings(environ={"SIDECAR_AGENT_LABELS": "team=support,tier=prod", "SIDECAR_AGENT_ID": "a"})
+    assert agent_identity(labelled, {"POD_NAME": "ignored"})["id"] == "a"
+    assert labelled.agent_labels == {"team": "support", "tier": "prod"}
+
+
+async def test_session_limit_counts_the_ledger_and_earlier_calls_of_the_turn() -> None:
+    """payments_refund allows 5 per session: 3 delivered + 3 parallel → the third is denied."""
+    guard, _ = _setup()
+    ledger = Ledger(3, {"payments_refund": 3})
+    guard.state = ledger
+    exchange = _exchange("payments_refund")
+    calls = [ToolCall(f"c{i}", "payments_refund", {"amount": 10}, "", index=i) for i in range(3)]
+    checks = await GuardChain([guard]).check(exchange, calls)
+
+    assert [c.verdict.kind for c in checks] == [VerdictKind.ALLOW, VerdictKind.ALLOW, VerdictKind.DENY]
+    assert checks[2].verdict.model_payload() == {
+        "status": "denied",
+        "reasons": ["tool payments_refund may be called at most 5 times per session; this session has made 5 calls"],
+        "retryable": False,
+    }
+    assert ledger.asked == 1  # one lookup per exchange
+    # Another addon's counts win over the ledger.
+    fresh = _exchange("payments_refund")
+    fresh.scratch["session_counts"] = {"calls_total": 9, "calls_by_tool": {"payments_refund": 5}}
+    [check] = await GuardChain([guard]).check(fresh, calls[:1])
+    assert check.verdict.kind is VerdictKind.DENY and ledger.asked == 1
+
+
+async def test_approval_verdict_carries_the_request() -> None:
+    guard, metrics = _setup()
+    exchange = _exchange("payments_refund")
+    call = ToolCall("c1", "payments_refund", {"amount": 500}, "")
+    [check] = await GuardChain([guard]).check(exchange, [call])
+
+    assert check.verdict.kind is VerdictKind.APPROVAL
+    assert check.approval_request == {"group": "finance-approvers", "ttl_s": 900}
+    assert check.verdict.model_payload()["approval"] == {"group": "finance-approvers", "ttl_s": 900}
+    assert check.policy_reasons == check.verdict.reasons
+    assert metrics.policy_decisions.labels("approval")._value.get() == 1
+
+
+async def test_result_decisions_from_matched_records() -> None:
+    config = load_settings(flags={"policies": str(POLICIES)}, environ={})
+    metrics = Metrics()
+    results = ResultPolicy(config, build_engine(config.policy, config.policies), metrics)
+    exchange = _exchange("support_tickets_search")
+    exchange.scratch["tool_results"] = [
+        ToolResultRecord("r1", "support_tickets_search", False, 10, 0.2, []),
+        ToolResultRecord("r2", "support_tickets_search", False, 100_000, 0.2, []),
+        ToolResultRecord("r3", "support_tickets_search", False, 10, 0.2, ["secret_in_result"]),
+        {
+            "call_id": "r4",
+            "tool": "crm_export",
+            "is_error": True,
+            "bytes": 5,
+            "latency_s": None,
+            "anomalies": ["unknown_call"],
+        },
+        ToolResultRecord("r5", "support_tickets_search", False, 10, 0.2, ["secret_in_result"], resent=True),
+    ]
+    await results.request(exchange)
+    decided = await results.upstream(exchange, 200, 0.1) or exchange.scratch["policy.result_decisions"]
+
+    assert {k: (d.allow, d.reasons) for k, d in decided.items()} == {
+        "r1": (True, []),
+        "r2": (True, ["result of support_tickets_search is 100000 bytes, above the limit of 65536"]),
+        "r3": (False, ["result of support_tickets_search has anomaly secret_in_result and is withheld from the model"]),
+        "r4": (True, ["result of crm_export has anomaly unknown_call"]),
+    }
+    count = metrics.policy_decisions.labels
+    assert (count("allow")._value.get(), count("deny")._value.get()) == (2, 1)  # r1 had nothing to say
