@@ -1,0 +1,100 @@
+"""Structured logs: one JSON line per event, correlated with traces, never carrying a secret."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
+from sidecar.telemetry.logs import LOGGER_NAME, configure_logging
+from tests.e2e.agents import AGENTS
+from tests.e2e.clients import API_KEY_ANTHROPIC, API_KEY_OPENAI
+from tests.observability.conftest import StartTraced
+
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+TRACEPARENT = f"00-{TRACE_ID}-b7ad6b7169203331-01"
+SCHEMA = {"type": "object", "properties": {"limit": {"type": "integer"}}, "required": ["limit"]}
+TOOLS = {"list_orders": SCHEMA}
+
+
+class _CurrentStderr(io.TextIOBase):
+    """Writes to whatever `sys.stderr` is at write time (pytest swaps it between phases)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+@pytest.fixture
+def sidecar_logs(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> Iterator[pytest.LogCaptureFixture]:
+    """JSON lines on stderr (as `sidecar run` does), plus caplog on the `sidecar` logger at DEBUG.
+
+    Depends on capfd so the handler writes to the captured stderr."""
+    logger = logging.getLogger(LOGGER_NAME)
+    handler = configure_logging("debug", stream=_CurrentStderr())
+    logger.addHandler(caplog.handler)
+    caplog.handler.setLevel(logging.DEBUG)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+    logger.removeHandler(handler)
+    logger.propagate = True
+    logger.setLevel(logging.NOTSET)
+
+
+async def test_json_lines_with_trace_ids_and_no_secrets(
+    model: ScriptedModel, start_traced: StartTraced, sidecar_logs: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    traced = await start_traced(capture_content=True)
+    url = traced.running.proxy_url
+    headers = {"traceparent": TRACEPARENT}
+    for kind in ("anthropic", "chat", "responses"):
+        model.add_turns([
+            Turn(tool_calls=[ToolCallSpec("list_orders", {"limit": "5"})]),
+            Turn(tool_calls=[ToolCallSpec("list_orders", {"limit": 5})]),
+            Turn(text="Here."),
+        ])
+        agent = AGENTS[kind](url, TOOLS, headers=headers)
+        received = await agent.ask(stream=kind == "chat")
+        agent.answer({received.call_ids[0]: '{"orders": []}'})
+        await agent.ask(stream=False)
+    await traced.running.sidecar.rejections.aflush()
+
+    out, err = capfd.readouterr()
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert lines, "the sidecar logged nothing on stderr"
+    assert all(line.startswith("{") for line in err.splitlines() if line.strip() and "Transient" not in line)
+    events = {}
+    for line in lines:
+        events.setdefault(line["event"], []).append(line)
+    assert len(events["request"]) == 6
+    assert len(events["verdict"]) == 3
+    assert len(events["repair_round"]) == 3
+    for event in ("request", "verdict", "repair_round"):
+        for line in events[event]:
+            assert line["trace_id"] == TRACE_ID, line
+            assert len(line["span_id"]) == 16
+            assert {"time", "level", "logger"} <= set(line)
+    request_spans = {format(s.context.span_id, "016x") for s in traced.named("chat ")}
+    assert {line["span_id"] for line in events["request"]} == request_spans
+
+    rejection_log = (tmp_path / "rejections.jsonl").read_text()
+    assert len(rejection_log.splitlines()) == 3
+    everything = "\n".join([out, err, rejection_log, sidecar_logs.text,
+                            *(repr(r.__dict__) for r in sidecar_logs.records)])
+    for key in (API_KEY_ANTHROPIC, API_KEY_OPENAI):
+        assert key not in everything
+        assert key[-12:] not in everything  # not even a tail of it
+    # The keys did reach the provider: the sidecar forwards credentials, it just never logs them.
+    sent = json.dumps([r.headers for r in model.requests])
+    assert API_KEY_ANTHROPIC in sent and API_KEY_OPENAI in sent
