@@ -208,11 +208,10 @@ class AnthropicDialect(Dialect):
 
     def render_end(self, reply: Reply, tail: TailState) -> bytes:
         envelope = reply.envelope
-        delta = {
-            "type": "message_delta",
-            "delta": {"stop_reason": _stop_reason(reply), "stop_sequence": envelope.get("stop_sequence")},
-            "usage": envelope.get("usage") or {},
-        }
+        summary = {"stop_reason": _stop_reason(reply), "stop_sequence": envelope.get("stop_sequence")}
+        if "stop_details" in envelope:  # newer streams carry it; keep the recorded layout
+            summary["stop_details"] = envelope["stop_details"]
+        delta = {"type": "message_delta", "delta": summary, "usage": envelope.get("usage") or {}}
         return format_event(orjson.dumps(delta), "message_delta") + format_event(
             b'{"type":"message_stop"}', "message_stop"
         )
