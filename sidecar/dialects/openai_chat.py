@@ -250,7 +250,8 @@ class _ChatStream(StreamAssembler):
             self.envelope["object"] = "chat.completion"
             self.tail.envelope = {k: data[k] for k in _ENVELOPE_KEYS if k in data}
         if "usage" in data:
-            self.tail.envelope.setdefault("usage", None)
+            if data.get("choices"):  # delta chunks say `"usage": null` only with include_usage
+                self.tail.envelope.setdefault("usage", None)
             if isinstance(data["usage"], dict):
                 self.envelope["usage"] = data["usage"]
         first_position: int | None = None
