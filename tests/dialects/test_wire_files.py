@@ -899,6 +899,29 @@ def check_summary(dialect: Dialect, events: list[SSEEvent], calls: list[Call], i
         assert [o["call_id"] for o in output if o["type"] == "function_call"] == [c.id for c in calls]
 
 
+@pytest.mark.parametrize("edit", ["drop-first", "block"])
+@pytest.mark.parametrize("name", TAIL_STREAMS)
+def test_rendered_summary_has_the_recorded_layout(name: str, edit: str) -> None:
+    """The re-rendered ending carries the same keys as the recorded one."""
+    dialect = STREAMS[name].dialect
+    original = [json.loads(e.data) for e in parse(stream_bytes(name)) if e.data and e.data != "[DONE]"]
+    rendered = [json.loads(e.data) for e in parse(downstream(name, edit)[0]) if e.data and e.data != "[DONE]"]
+    if dialect is ANTHROPIC:
+        was, now = (next(d for d in chunks if d["type"] == "message_delta") for chunks in (original, rendered))
+        assert list(now) == list(was) and list(now["delta"]) == list(was["delta"])
+    elif dialect is OPENAI_CHAT:
+        def keys(chunk: dict[str, Any]) -> list[str]:
+            return [k for k in chunk if k != "obfuscation"]  # random padding, safe to drop
+
+        was, now = (next(d for d in chunks if d["choices"] and d["choices"][0]["finish_reason"])
+                    for chunks in (original, rendered))
+        assert keys(now) == keys(was)
+        assert keys(rendered[-1]) == keys(original[-1])  # the usage chunk
+    else:
+        assert list(rendered[-1]) == list(original[-1])
+        assert list(rendered[-1]["response"]) == list(original[-1]["response"])
+
+
 @pytest.mark.parametrize("edit", [*EDITS, "block"])
 @pytest.mark.parametrize("name", TAIL_STREAMS)
 def test_rendered_tail_reparses(name: str, edit: str) -> None:
