@@ -20,6 +20,7 @@ from sidecar.dialects.base import ItemKind, Reply, compact
 from sidecar.guards.base import GuardChain
 from sidecar.model import NOT_RUN_PAYLOAD, ToolCall
 from sidecar.state import StateStore, StateUnavailable
+from sidecar.telemetry.redact import redact_text
 
 log = logging.getLogger("sidecar.enforce")
 
@@ -180,7 +181,7 @@ class Enforcer:
             try:
                 body = await self.send(exchange, request)
             except RepairFailed as exc:
-                log.warning("repair round %d failed upstream: %s", round_number, exc)
+                log.warning("repair round %d failed upstream: %s", round_number, redact_text(str(exc)))
                 break
             exchange.repair_rounds = round_number
             current = dialect.read_reply(body)

@@ -160,13 +160,20 @@ class ProxyHandler:
         await self.addons.request(exchange)
         outgoing = body if exchange.request is payload else orjson.dumps(exchange.request)
         sent = time.perf_counter()
-        upstream = await self.upstreams.open("POST", url, headers, outgoing)
-        async with upstream:
-            exchange.upstream_seconds += time.perf_counter() - sent
-            content_type = upstream.headers.get("Content-Type", "")
-            if upstream.status == 200 and _is_sse(content_type):
-                return await self._stream(request, exchange, upstream)
-            return await self._whole(exchange, upstream, content_type)
+        try:
+            upstream = await self.upstreams.open("POST", url, headers, outgoing)
+            async with upstream:
+                exchange.upstream_seconds += time.perf_counter() - sent
+                content_type = upstream.headers.get("Content-Type", "")
+                if upstream.status == 200 and _is_sse(content_type):
+                    return await self._stream(request, exchange, upstream)
+                return await self._whole(exchange, upstream, content_type)
+        except UpstreamError as exc:
+            # Failures the agent sees as 502/504 are counted like any upstream answer.
+            exchange.upstream_seconds = max(exchange.upstream_seconds, time.perf_counter() - sent)
+            await self.addons.upstream(exchange, exc.status, exchange.upstream_seconds)
+            await self._done(exchange, exc.status, stream=exchange.view.stream)
+            raise
 
     async def _timed_read(self, exchange: Exchange, upstream: aiohttp.ClientResponse) -> bytes:
         started = time.perf_counter()
