@@ -11,6 +11,9 @@
 #   hidden                 bool     true = not shown to the model, and refused if called
 #   max_calls_per_session  int      refuse once the session has made this many calls
 #   max_result_bytes       int      flag results larger than this
+#   blocked_recipients     object   recipients that are refused outright:
+#       recipient_arg      string   argument holding an e-mail address ...
+#       domains            [string] ... whose domain must not be one of these
 #   approval               object   when a human must approve (all keys optional):
 #       always             bool     every call needs approval
 #       amount_arg         string   argument holding an amount ...
@@ -85,6 +88,13 @@ recipient_allowed(recipient, domains) if {
 	parts[1] == lower(domain)
 }
 
+# The lower-cased domain of an e-mail address (undefined for anything else).
+address_domain(address) := lower(parts[1]) if {
+	is_string(address)
+	parts := split(address, "@")
+	count(parts) == 2
+}
+
 calls_so_far := n if {
 	n := input.session.calls_by_tool[input.tool.name]
 } else := 0
@@ -116,6 +126,12 @@ decision := deny(sprintf("tool %s is not declared in this request; call one of t
 } else := deny(sprintf("tool %s may be called at most %d times per session; this session has made %d calls", [input.tool.name, limit, calls_so_far]), false) if {
 	limit := tool_settings.max_calls_per_session
 	calls_so_far >= limit
+
+	# Rule 5b: a recipient (argument `blocked_recipients.recipient_arg`) at one of
+	# `blocked_recipients.domains` is refused outright: no approval can allow it.
+} else := deny(sprintf("%s to an address at %s is refused: that domain is blocked for this tool; use the customer's address on file", [input.tool.name, domain]), false) if {
+	domain := address_domain(input.call.args[tool_settings.blocked_recipients.recipient_arg])
+	domain in {lower(d) | some d in tool_settings.blocked_recipients.domains}
 
 	# Rule 6: read-only tools are allowed (replays included: running them again is harmless).
 } else := allowed([sprintf("%s is read-only", [input.tool.name])]) if {

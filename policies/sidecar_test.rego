@@ -169,6 +169,28 @@ test_approval_defaults_used if {
 	d.require_approval == {"group": "ops", "ttl_s": 60}
 }
 
+# Rule 5b: recipients at a blocked domain are refused, case-insensitively, approved or not.
+test_reply_to_blocked_domain_denied if {
+	d := sidecar.decision with input as reply("Ana@Mailinator.COM")
+	d == {
+		"allow": false,
+		"reasons": ["support_replies_send to an address at mailinator.com is refused: that domain is blocked for this tool; use the customer's address on file"],
+		"require_approval": null,
+		"retryable": false,
+	}
+}
+
+test_reply_to_blocked_domain_denied_even_if_approved if {
+	approved := object.union(reply("x@guerrillamail.com"), {"approval": {"status": "approved", "id": "a1", "approved_by": "lead"}})
+	d := sidecar.decision with input as approved
+	d.allow == false
+}
+
+test_blocked_domain_is_the_whole_domain if {
+	d := sidecar.decision with input as reply("x@notmailinator.com")
+	d.require_approval.group == "support-leads" # outside example.com, but not blocked
+}
+
 # Rule 11: recipient outside the allowed domains.
 test_reply_outside_domain_needs_approval if {
 	d := sidecar.decision with input as reply("someone@gmail.com")
