@@ -14,6 +14,9 @@ from sidecar.demo.agent import SupportAgent
 from sidecar.demo.scenes import SCENES, Scene
 from sidecar.scripted import ScriptedModel
 
+# The shipped policy library when running from a checkout; else the engine's built-in policy.
+_POLICIES = Path(__file__).resolve().parents[2] / "policies"
+
 
 def _say(line: str) -> None:
     print(line, flush=True)
@@ -62,6 +65,7 @@ async def run_demo(verbose: bool = False) -> int:
                     "anthropic_upstream": model.url,
                     "openai_upstream": model.url,
                     "rejection_log": {"path": str(log)},
+                    "policies": str(_POLICIES) if _POLICIES.is_dir() else None,
                 },
                 environ={},
             )

@@ -59,3 +59,22 @@ SCENES.append(
         settings={"tools": {"support_replies_send": {"side_effects": True}}},
     )
 )
+
+# Appended by the policy work (issue 4): a call the Rego policy denies, explained to the user.
+_SEND_TO_BLOCKED_DOMAIN = ToolCallSpec(
+    "support_replies_send",
+    {"ticket_id": "T-1042", "to": "ana.refund@mailinator.com", "body": "Your refund was issued today."},
+)
+SCENES.append(
+    Scene(
+        "Policy: a reply to a blocked domain is denied, and the model tells the user why",
+        "Send the refund confirmation for T-1042 to ana.refund@mailinator.com.",
+        [
+            Turn(text="Sending the confirmation.", tool_calls=[_SEND_TO_BLOCKED_DOMAIN]),
+            Turn(text="I could not send it: policy refuses replies to mailinator.com addresses (a blocked "
+                      "domain). Shall I send it to the customer's address on file instead?"),
+        ],
+        "The Rego policy (policies/data.json: blocked_recipients of support_replies_send) denied the call. "
+        "The model got {status: denied, reasons: [...]} in a repair round and explained it; the send never ran.",
+    )
+)
