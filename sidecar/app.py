@@ -14,8 +14,10 @@ from aiohttp import web
 
 from sidecar.addons import Addons
 from sidecar.admin.app import build_admin_app
+from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
 from sidecar.enforce import Continuations, Enforcer
+from sidecar.guards.approval import ApprovalGuard, ApprovalLookup
 from sidecar.guards.arguments import ArgumentsGuard
 from sidecar.guards.base import Guard, GuardChain
 from sidecar.guards.policy import PolicyGuard
@@ -68,11 +70,15 @@ class Sidecar:
         # After ResultMatcher: the policy sees matched results; session counts from the ledger.
         self.addons.add(ToolListFilter(settings, self.policy, self.metrics, self.state))
         self.addons.add(ResultPolicy(settings, self.policy, self.metrics, self.state))
+        # Human approvals live in the same store (see sidecar/approvals/__init__.py).
+        self.approvals = ApprovalService(settings, self.state, self.metrics)
         self.guards: list[Guard] = [
             ArgumentsGuard(settings),
             ReplayGuard(settings, self.state, self.tool_traits, self.metrics),
             # order: arguments → replay → policy → approval (which resolves APPROVAL verdicts)
+            ApprovalLookup(self.approvals),
             PolicyGuard(settings, self.policy, self.metrics, self.state),
+            ApprovalGuard(self.approvals),
         ]
         continuations = Continuations(store=self.state, on_state_error=self._state_error)
         self.enforcer = Enforcer(
@@ -95,8 +101,10 @@ class Sidecar:
         await self.upstreams.start()
         if isinstance(self.policy, EmbeddedEngine):
             await self.policy.start()  # hot reload
+        await self.approvals.start()  # expiry sweep and pending gauge
 
     async def close(self) -> None:
+        await self.approvals.close()
         await self.policy.close()
         await self.upstreams.close()
         await asyncio.to_thread(self.rejections.close)
@@ -157,6 +165,7 @@ async def start(settings: Settings) -> Running:
             runners.append(runner)
             bound = runner.addresses[0]
             urls.append(f"http://{host}:{bound[1]}")
+        sidecar.approvals.admin_url = sidecar.approvals.admin_url or urls[1]  # links in notifications
     except BaseException:
         for runner in runners:
             await runner.cleanup()

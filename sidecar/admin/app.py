@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
+from sidecar.admin.approvals import add_approval_routes
+from sidecar.admin.auth import AdminAuth
+
 if TYPE_CHECKING:
     from sidecar.app import Sidecar
 
@@ -46,4 +49,6 @@ def build_admin_app(sidecar: Sidecar) -> web.Application:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/status", status)
+    # Approvals: bearer token on every endpoint (sidecar/admin/approvals.py).
+    add_approval_routes(app, sidecar.approvals, AdminAuth(sidecar.settings))
     return app

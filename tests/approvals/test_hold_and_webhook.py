@@ -1,0 +1,170 @@
+"""Hold mode (the request waits for the human, streams stay alive) and webhook notification."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx2 as httpx
+from aiohttp import web
+
+import tests.e2e.agents as agents_module
+from sidecar.scripted import Turn
+from tests.approvals.conftest import OUTSIDE, TOOLS, admin, cli, metric, pending, send, wait_for_pending
+from tests.e2e.agents import AGENTS
+from tests.e2e.clients import anthropic_client
+
+
+class TeeTransport(httpx.AsyncHTTPTransport):
+    """Keeps every byte the sidecar sent, so the test can see the SSE keep-alives the SDK
+    (rightly) hides from its caller."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw = bytearray()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        inner, raw = response.stream, self.raw
+
+        class Stream(httpx.AsyncByteStream):
+            async def __aiter__(self):
+                async for chunk in inner:  # type: ignore[union-attr]
+                    raw.extend(chunk)
+                    yield chunk
+
+            async def aclose(self) -> None:
+                await inner.aclose()  # type: ignore[union-attr]
+
+        return httpx.Response(response.status_code, headers=response.headers, stream=Stream(),
+                              extensions=response.extensions)
+
+
+HOLD = {"tools": {"support_replies_send": {"approval_mode": "hold"}},
+        "enforcement": {"keepalive_interval_s": 0.05}}
+
+
+async def test_hold_stream_waits_for_the_approval(model, start_approvals, monkeypatch):
+    running = await start_approvals(**HOLD)
+    tee = TeeTransport()
+    monkeypatch.setattr(agents_module, "anthropic_client", lambda url, **kw: anthropic_client(
+        url, http_client=httpx.AsyncClient(transport=tee), **kw))
+    model.add_turns([Turn(text="I will send the reply now.", tool_calls=[send(OUTSIDE)])])
+    agent = AGENTS["anthropic"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "held"})
+
+    asking = asyncio.ensure_future(agent.ask(stream=True))
+    [held] = await wait_for_pending(running)
+    assert not asking.done()
+    done = await cli(running.admin_url, "approve", held["id"], "--by", "erin")
+    assert done.code == 0, done.err
+    received = await asking
+
+    assert received.calls == [("support_replies_send", OUTSIDE)]
+    content = received.raw.content
+    assert [b.type for b in content] == ["text", "tool_use"]  # nothing lost, nothing reordered
+    assert content[0].text == "I will send the reply now."
+    assert received.stop == "tool_use"
+    raw = bytes(tee.raw)
+    # The text went out before the hold, keep-alives while the human decided, the call after.
+    text_at = raw.index(b"text_delta")
+    assert raw.count(b"event: ping", text_at) >= 1
+    assert raw.rindex(b"event: ping") < raw.index(b"tool_use")
+    assert len([r for r in model.requests if r.protocol]) == 1  # no repair round was needed
+    _, record = await admin(running, "GET", f"/approvals/{held['id']}")
+    assert record["status"] == "consumed"
+
+
+async def test_hold_denied_and_timeout(model, start_approvals):
+    running = await start_approvals(**HOLD)
+    agent = AGENTS["chat"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "held-deny"})
+    model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="It was denied.")])
+    asking = asyncio.ensure_future(agent.ask(stream=False))
+    [held] = await wait_for_pending(running)
+    status, _ = await admin(running, "POST", f"/approvals/{held['id']}/deny",
+                            body={"by": "frank", "comment": "wrong customer"})
+    assert status == 200
+    received = await asking
+    assert received.calls == [] and received.text == "It was denied."
+    output = AGENTS["chat"].tool_outputs([r for r in model.requests if r.protocol][-1])[0]
+    assert output["reasons"] == ["denied by frank: wrong customer"]
+
+    # Nobody decides within hold_timeout_s: the call is deferred like in defer mode.
+    quick = await start_approvals(approvals={"mode": "hold", "hold_timeout_s": 0.2})
+    agent = AGENTS["chat"](quick.proxy_url, TOOLS, headers={"X-Sidecar-Session": "held-long"})
+    model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="Still waiting for approval.")])
+    assert (await agent.ask(stream=False)).calls == []
+    output = AGENTS["chat"].tool_outputs([r for r in model.requests if r.protocol][-1])[0]
+    [waiting] = await pending(quick)
+    assert (output["status"], output["approval_id"]) == ("approval_required", waiting["id"])
+
+
+async def _receiver(failures: int) -> tuple[web.AppRunner, str, list[dict[str, Any]]]:
+    """A webhook receiver answering 500 `failures` times, then 200."""
+    received: list[dict[str, Any]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.Response(status=500 if len(received) <= failures else 200)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/hook", received
+
+
+async def test_webhook_is_retried_until_delivered(model, start_approvals):
+    runner, url, received = await _receiver(failures=2)
+    try:
+        running = await start_approvals(approvals={"webhook_url": url, "webhook_retries": 3,
+                                                   "webhook_backoff_s": 0.01})
+        model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="Awaiting approval.")])
+        await AGENTS["anthropic"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "hooked"}).ask(False)
+        await running.sidecar.approvals.notifier.drain()
+        [waiting] = await pending(running)
+
+        assert len(received) == 3 and received[0] == received[2]
+        payload = received[-1]
+        base = f"{running.admin_url}/approvals/{waiting['id']}"
+        assert payload == {
+            "event": "approval_requested", "id": waiting["id"], "tool": "support_replies_send",
+            "session": "hooked", "group": "support-leads", "reasons": waiting["reasons"],
+            "arguments": OUTSIDE, "args_hash": waiting["args_hash"],
+            "created": waiting["created_at"], "expires": waiting["expires_at"],
+            "approve_url": base + "/approve", "deny_url": base + "/deny", "show_url": base,
+        }
+        assert await metric(running, "sidecar_approval_webhook_failures_total") == 0
+    finally:
+        await runner.cleanup()
+
+
+async def test_webhook_failure_is_counted_and_never_blocks(model, start_approvals):
+    release = asyncio.Event()
+    calls = 0
+
+    async def stuck(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        await release.wait()  # the receiver hangs until the agent got its answer
+        return web.Response(status=503)
+
+    app = web.Application()
+    app.router.add_post("/hook", stuck)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+        running = await start_approvals(approvals={"webhook_url": url, "webhook_retries": 1,
+                                                   "webhook_backoff_s": 0.01})
+        model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="Awaiting approval.")])
+        received = await AGENTS["chat"](running.proxy_url, TOOLS).ask(stream=True)
+        assert received.text == "Awaiting approval."  # answered while the webhook hangs
+        release.set()
+        await running.sidecar.approvals.notifier.drain()
+        assert calls == 2  # one try and one retry
+        assert await metric(running, "sidecar_approval_webhook_failures_total") == 1
+    finally:
+        await runner.cleanup()
