@@ -37,6 +37,9 @@ async def _scene(number: int, scene: Scene, model: ScriptedModel, sidecar: Runni
     agent = SupportAgent(sidecar.proxy_url, _say, session=f"demo-{number}")
     try:
         await agent.turn(scene.user)
+        for step, user in getattr(scene, "then", ()):  # HumanScene: a person acts between turns
+            await step(sidecar, _say)
+            await agent.turn(user)
     finally:
         await agent.close()
     await sidecar.sidecar.rejections.aflush()
@@ -54,9 +57,10 @@ async def _scene(number: int, scene: Scene, model: ScriptedModel, sidecar: Runni
     _say(f"  → {scene.explain}")
 
 
-async def run_demo(verbose: bool = False) -> int:
+async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> int:
+    """`rejection_log`: keep the log there (for `sidecar rejections top/promote`), not in a temp dir."""
     with tempfile.TemporaryDirectory(prefix="sidecar-demo-") as tmp:
-        log = Path(tmp) / "rejections.jsonl"
+        log = Path(rejection_log) if rejection_log else Path(tmp) / "rejections.jsonl"
         async with ScriptedModel([]) as model:
             settings = load_settings(
                 flags={

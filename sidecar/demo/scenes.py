@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sidecar.scripted import ToolCallSpec, Turn
+
+if TYPE_CHECKING:
+    from sidecar.app import Running
 
 
 @dataclass
@@ -57,6 +63,61 @@ SCENES.append(
         "The agent ran the send once. The repeat never reached it: the model was told \"this was already "
         "done at …\" with the original call's time and result (status replayed).",
         settings={"tools": {"support_replies_send": {"side_effects": True}}},
+    )
+)
+
+# Appended by the approvals work (issue 5): a person approves between two user turns.
+# `HumanScene.then` lists (step, next user message): the runner calls the step with the
+# running sidecar and the printer, then runs the next user turn.
+_SEND_OUTSIDE = ToolCallSpec(
+    "support_replies_send",
+    {"ticket_id": "T-1042", "to": "bob@partner.example.org", "body": "Your refund was approved."},
+)
+_DEMO_ADMIN_TOKEN = "demo-admin-token-not-a-secret"
+
+
+@dataclass
+class HumanScene(Scene):
+    then: list[tuple[Callable[[Running, Callable[[str], None]], Awaitable[None]], str]] = field(
+        default_factory=list
+    )
+
+
+async def _support_lead_approves(sidecar: Running, say: Callable[[str], None]) -> None:
+    """What a support lead does: list pending approvals, approve the one for this call."""
+    import aiohttp
+
+    auth = {"Authorization": f"Bearer {_DEMO_ADMIN_TOKEN}"}
+    async with aiohttp.ClientSession(headers=auth) as http:
+        async with http.get(f"{sidecar.admin_url}/approvals") as response:
+            [waiting] = (await response.json())["approvals"]
+        say(f"  support lead → sidecar approvals list: {waiting['id']} {waiting['tool']} "
+            f"to {waiting['arguments']['to']} ({waiting['group']})")
+        body = {"by": "lee", "comment": "partner address, fine"}
+        async with http.post(f"{sidecar.admin_url}/approvals/{waiting['id']}/approve", json=body) as response:
+            decided = await response.json()
+        say(f"  support lead → sidecar approvals approve {decided['id']} --by lee → {decided['status']}")
+
+
+SCENES.append(
+    HumanScene(
+        "Human approval: a reply to an outside address waits for a support lead, then goes through once",
+        "Tell bob@partner.example.org that the refund for T-1042 was approved.",
+        [
+            Turn(text="Sending the reply.", tool_calls=[_SEND_OUTSIDE]),
+            Turn(text="This reply goes to an address outside example.com, so it awaits approval by "
+                      "support-leads. I will send it once it is approved."),
+            Turn(text="It is approved now; sending.", tool_calls=[_SEND_OUTSIDE]),
+            Turn(text="Done: Bob has been told."),
+        ],
+        "The first call never reached the agent: the model was told it awaits approval (with the id). "
+        "After the support lead approved that exact call on the admin port, the identical call went "
+        "through, once; a model cannot approve anything itself.",
+        settings={
+            "policies": str(Path(__file__).resolve().parents[2] / "policies"),
+            "admin_token": _DEMO_ADMIN_TOKEN,
+        },
+        then=[(_support_lead_approves, "It is approved, please send it now.")],
     )
 )
 
