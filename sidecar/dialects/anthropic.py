@@ -19,7 +19,6 @@ from sidecar.dialects.base import (
     Reply,
     StreamAssembler,
     TailState,
-    add_numbers,
     compact,
     event_json,
     parse_arguments,
@@ -171,10 +170,6 @@ class AnthropicDialect(Dialect):
 
     def text_item(self, text: str) -> Item:
         return Item(ItemKind.TEXT, {"type": "text", "text": text})
-
-    def add_usage(self, total: dict[str, Any], extra: dict[str, Any]) -> None:
-        usage = total.setdefault("usage", {})
-        add_numbers(usage, extra.get("usage") or {})
 
     def assembler(self) -> StreamAssembler:
         return _AnthropicStream()

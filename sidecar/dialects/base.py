@@ -201,9 +201,13 @@ class Dialect(ABC):
     @abstractmethod
     def text_item(self, text: str) -> Item: ...
 
-    @abstractmethod
     def add_usage(self, total: dict[str, Any], extra: dict[str, Any]) -> None:
         """Add `extra`'s usage into the envelope `total` (repair rounds are billed too)."""
+        if isinstance(extra.get("usage"), dict):
+            current = total.get("usage")
+            usage: dict[str, Any] = current if isinstance(current, dict) else {}
+            add_numbers(usage, extra["usage"])
+            total["usage"] = usage
 
     @abstractmethod
     def assembler(self) -> StreamAssembler: ...

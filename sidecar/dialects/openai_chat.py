@@ -17,7 +17,6 @@ from sidecar.dialects.base import (
     Reply,
     StreamAssembler,
     TailState,
-    add_numbers,
     compact,
     event_json,
     parse_arguments,
@@ -161,13 +160,6 @@ class OpenAIChatDialect(Dialect):
 
     def text_item(self, text: str) -> Item:
         return Item(ItemKind.TEXT, {"type": "text", "text": text})
-
-    def add_usage(self, total: dict[str, Any], extra: dict[str, Any]) -> None:
-        if isinstance(extra.get("usage"), dict):
-            current = total.get("usage")
-            usage: dict[str, Any] = current if isinstance(current, dict) else {}
-            add_numbers(usage, extra["usage"])
-            total["usage"] = usage
 
     def assembler(self) -> StreamAssembler:
         return _ChatStream()

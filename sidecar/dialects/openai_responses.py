@@ -19,7 +19,6 @@ from sidecar.dialects.base import (
     Reply,
     StreamAssembler,
     TailState,
-    add_numbers,
     compact,
     event_json,
     parse_arguments,
@@ -154,13 +153,6 @@ class OpenAIResponsesDialect(Dialect):
             "role": "assistant",
         }
         return Item(ItemKind.TEXT, wire)
-
-    def add_usage(self, total: dict[str, Any], extra: dict[str, Any]) -> None:
-        if isinstance(extra.get("usage"), dict):
-            current = total.get("usage")
-            usage: dict[str, Any] = current if isinstance(current, dict) else {}
-            add_numbers(usage, extra["usage"])
-            total["usage"] = usage
 
     def assembler(self) -> StreamAssembler:
         return _ResponsesStream()
