@@ -18,8 +18,9 @@ Registrar = Callable[[Any], Any]
 def _registrars() -> list[Registrar]:
     from sidecar.policy.cli import register as policy
     from sidecar.telemetry.rejections_cli import register as rejections
+    from sidecar.telemetry.status_cli import register as status
 
-    registrars: list[Registrar] = [policy, rejections]
+    registrars: list[Registrar] = [policy, rejections, status]
     for module in ("sidecar.admin.cli",):
         try:
             registrars.append(__import__(module, fromlist=["register"]).register)
@@ -69,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from sidecar.demo import run_demo
 
-    return asyncio.run(run_demo(verbose=args.verbose))
+    return asyncio.run(run_demo(verbose=args.verbose, rejection_log=args.rejection_log))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="offline demo: scripted model, sidecar and a support agent")
     demo.add_argument("-v", "--verbose", action="store_true", help="also print the sidecar's log lines")
+    demo.add_argument("--rejection-log", metavar="FILE", help="keep the rejected-payload log in FILE")
     demo.set_defaults(func=_demo)
 
     for register in _registrars():

@@ -11,6 +11,7 @@ from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.rejection_log import RejectionLog
 
 _SCHEMA_MEMORY = 4096
+_REPAIR_TOOLS = "telemetry.repair_tools"
 
 
 class TelemetryAddon(Addon):
@@ -42,6 +43,8 @@ class TelemetryAddon(Addon):
             self.metrics.tool_call(call.name, provider, verdict.kind.value)
             if verdict.allowed:
                 continue
+            if check.action == "repair":  # per-tool repair counts for /v1/status
+                exchange.scratch.setdefault(_REPAIR_TOOLS, set()).add(call.name)
             for error in verdict.errors:
                 self.metrics.argument_rejection(call.name, error.kind)
             declaration = exchange.view.declarations.get(call.name)
@@ -70,7 +73,7 @@ class TelemetryAddon(Addon):
             )
 
     async def repaired(self, exchange: Exchange, outcome: str) -> None:
-        self.metrics.repair_round(outcome)
+        self.metrics.repair_round(outcome, sorted(exchange.scratch.pop(_REPAIR_TOOLS, ())))
         log_event("repair_round", session=exchange.session, outcome=outcome, rounds=exchange.repair_rounds)
 
     async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:

@@ -260,6 +260,10 @@ def promote(groups: Iterable[Group], out_dir: str | Path, min_count: int = 1) ->
     for group in groups:
         if group.count < min_count or not group.tool:
             continue
+        if group.example.get("verdict", "reject") != "reject":
+            # Policy denials, approvals and replays depend on policy and session state, not on
+            # the payload alone: the lockdown cannot reproduce them (test those in Rego).
+            continue
         path = out / f"{group.slug}.json"
         data = orjson.dumps(_fixture(group), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
         path.write_bytes(data + b"\n")
