@@ -59,6 +59,8 @@ class ApprovalLookup(Guard):
         status: str = a.status
         if status == "approved" and self.service.clock() >= a.expires:
             status = "expired"  # approved too late to use: the policy must not count it
+        elif status == "consumed" and check.exchange.scratch.get(_RESERVED, {}).get(a.id, check.round) < check.round:
+            status = "approved"  # used by this exchange in an earlier round, not delivered (see _reused)
         check.approval = {
             "status": status,
             "id": a.id,
@@ -179,6 +181,9 @@ class ApprovalGuard(Guard):
         call = check.call
         if call.arguments is None:  # lockdown refuses these first; never bind an approval to them
             return Verdict(VerdictKind.APPROVAL, "approval_required", reasons=reasons, retryable=True)
+        held = check.approval.get("id")
+        if held and check.approval.get("status") == "approved" and self._reused(check, held):
+            return Verdict.allow()
         session = check.exchange.session
         a, _created = await self.service.find_or_create(
             session, call.name, call.arguments, call.args_hash, group, ttl_s, reasons

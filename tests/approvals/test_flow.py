@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from sidecar.scripted import Turn
-from tests.approvals.conftest import INSIDE, OUTSIDE, TOOLS, admin, cli, pending, send
+from sidecar.scripted import ToolCallSpec, Turn
+from tests.approvals.conftest import INSIDE, OUTSIDE, TOKEN, TOOLS, admin, cli, pending, send
 from tests.e2e.agents import AGENTS
 
 MATRIX = pytest.mark.parametrize(
@@ -136,3 +138,51 @@ async def test_approval_is_bound_to_the_session(model, start_approvals):
     assert output["status"] == "approval_required" and output["approval_id"] != approval_id
     _, record = await admin(running, "GET", f"/approvals/{approval_id}")
     assert record["status"] == "approved"
+
+
+async def test_approved_call_held_back_with_a_refused_neighbour_is_not_used_up(model, start_approvals):
+    """A turn with one refused call is re-issued whole; the approved call in it must still pass."""
+    running = await start_approvals()
+    agent = AGENTS["anthropic"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "pair"})
+    approval_id = await _request_approval(model, agent, "anthropic", True, OUTSIDE)
+    assert (await admin(running, "POST", f"/approvals/{approval_id}/approve"))[0] == 200
+
+    bad = ToolCallSpec("support_tickets_search", {"query": 42})
+    good = ToolCallSpec("support_tickets_search", {"query": "refund"})
+    model.add_turns([Turn(tool_calls=[send(OUTSIDE), bad]), Turn(tool_calls=[send(OUTSIDE), good])])
+    received = await agent.ask(stream=True)
+    assert received.calls == [("support_replies_send", OUTSIDE), ("support_tickets_search", {"query": "refund"})]
+    assert [o["status"] for o in _last_outputs(model, "anthropic")] == ["not_run", "invalid_arguments"]
+    _, record = await admin(running, "GET", f"/approvals/{approval_id}")
+    assert record["status"] == "consumed"
+
+
+async def test_audit_lines_for_request_and_decisions(model, start_approvals):
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == "approval":
+                records.append(record)
+
+    handler = Keep()
+    logger = logging.getLogger("sidecar")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        running = await start_approvals()
+        agent = AGENTS["chat"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "audited"})
+        approval_id = await _request_approval(model, agent, "chat", False, OUTSIDE)
+        await admin(running, "POST", f"/approvals/{approval_id}/approve", body={"by": "gil", "comment": "ok"})
+        model.add_turns([Turn(tool_calls=[send(OUTSIDE)])])
+        assert (await agent.ask(stream=False)).calls
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    lines = [r.fields for r in records]  # type: ignore[attr-defined]
+    assert [(f["action"], f["approval_id"]) for f in lines] == [
+        ("requested", approval_id), ("approved", approval_id), ("consumed", approval_id)]
+    assert lines[0]["arguments"] == OUTSIDE and lines[0]["session"] == "audited"
+    assert (lines[1]["decided_by"], lines[1]["comment"]) == ("gil", "ok")
+    assert lines[1]["token"].startswith("token:") and TOKEN not in str(lines[1])
