@@ -3,7 +3,7 @@
 One run, one process: a scripted model, a sidecar without tracing and a sidecar exporting
 OTLP to a loopback receiver. Requests are interleaved (direct, off, on, direct, …) so drift
 affects all three alike. Each model answer carries one tool call, so guards run on every
-request. Added latency = sidecar latency − direct latency (medians / p95 of each series).
+request. Added latency = sidecar latency - direct latency (medians / p95 of each series).
 
 Run: .venv/bin/python bench/bench_overhead.py [--n 300] [--stream-n 100] [--single-n 200]
 """
@@ -76,7 +76,7 @@ async def _once(session: aiohttp.ClientSession, base: str, body: bytes) -> float
 
 def _ms(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] * 1000
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
 
 
 async def _series(session: aiohttp.ClientSession, targets: dict[str, str], n: int, stream: bool,
