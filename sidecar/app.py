@@ -16,7 +16,7 @@ from sidecar.addons import Addons
 from sidecar.admin.app import build_admin_app
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
-from sidecar.enforce import Continuations, Enforcer
+from sidecar.enforce import Enforcer
 from sidecar.guards.approval import ApprovalGuard, ApprovalLookup
 from sidecar.guards.arguments import ArgumentsGuard
 from sidecar.guards.base import Guard, GuardChain
@@ -30,6 +30,7 @@ from sidecar.policy.results import ResultPolicy
 from sidecar.policy.tool_list import ToolListFilter
 from sidecar.proxy.upstream import Upstreams
 from sidecar.state import build_store
+from sidecar.state.continuations import Continuations
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.observer import TelemetryAddon

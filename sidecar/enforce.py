@@ -8,7 +8,6 @@ were allowed are answered `not_run` so the model re-issues the whole set togethe
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +18,7 @@ from sidecar.context import CallCheck, Exchange
 from sidecar.dialects.base import ItemKind, Reply, compact
 from sidecar.guards.base import GuardChain
 from sidecar.model import NOT_RUN_PAYLOAD, ToolCall
-from sidecar.state import StateStore, StateUnavailable
+from sidecar.state.continuations import Continuations
 from sidecar.telemetry.redact import redact_text
 
 log = logging.getLogger("sidecar.enforce")
@@ -38,74 +37,6 @@ class Settlement:
     changed: bool
     rounds: int = 0
     delivered: list[ToolCall] = field(default_factory=list)
-
-
-class Continuations:
-    """What a stateful provider remembers that the agent never saw, keyed by response id.
-
-    The Responses API with `store` keeps the original output. The agent's next turn
-    (`previous_response_id`) must still answer calls the sidecar withheld, and when a repair
-    round produced a newer response, the chain must continue from that one.
-
-    With a state store the memo lives there (`remember_withheld` / `withheld_for`), so a chain
-    survives a restart (SQLite) and continues on another replica (Redis). A bounded local
-    copy is always kept too: a store that is down degrades to what this process saw.
-    """
-
-    _ALIAS = "\x00continue-from"
-
-    def __init__(
-        self,
-        capacity: int = 10_000,
-        store: StateStore | None = None,
-        on_state_error: Callable[[StateUnavailable], None] | None = None,
-    ) -> None:
-        self._entries: OrderedDict[str, dict[str, str]] = OrderedDict()
-        self._capacity = capacity
-        self._store = store
-        self._on_state_error = on_state_error
-
-    def _failed(self, exc: StateUnavailable) -> None:
-        log.warning("state backend unavailable for the Responses memo: %s", exc)
-        if self._on_state_error is not None:
-            self._on_state_error(exc)
-
-    async def _put(self, response_id: str, entry: dict[str, str]) -> None:
-        merged = {**self._entries.get(response_id, {}), **entry}
-        self._entries[response_id] = merged
-        self._entries.move_to_end(response_id)
-        while len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
-        if self._store is not None:
-            try:
-                stored = await self._store.withheld_for(response_id)
-                await self._store.remember_withheld(response_id, {**stored, **merged})
-            except StateUnavailable as exc:
-                self._failed(exc)
-
-    async def _get(self, response_id: str) -> dict[str, str]:
-        local = self._entries.get(response_id, {})
-        if self._store is None:
-            return dict(local)
-        try:
-            return {**local, **await self._store.withheld_for(response_id)}
-        except StateUnavailable as exc:
-            self._failed(exc)
-            return dict(local)
-
-    async def withhold(self, response_id: str, outputs: dict[str, str]) -> None:
-        await self._put(response_id, outputs)
-
-    async def alias(self, shown_id: str, actual_id: str) -> None:
-        await self._put(shown_id, {self._ALIAS: actual_id})
-
-    async def resolve(self, response_id: str) -> tuple[str, dict[str, str]]:
-        """(the response to continue from, outputs the sidecar must add for withheld calls)."""
-        entry = await self._get(response_id)
-        actual = entry.pop(self._ALIAS, response_id)
-        if actual != response_id:
-            entry.update({k: v for k, v in (await self._get(actual)).items() if k != self._ALIAS})
-        return actual, entry
 
 
 def explanation(checks: list[CallCheck]) -> str:

@@ -25,7 +25,7 @@ from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
 from sidecar.dialects.base import Dialect, Reply, loads
 from sidecar.dialects.sse import SSEParser, format_event
 from sidecar.enforce import Enforcer, RepairFailed, Settlement
-from sidecar.identity import session_id
+from sidecar.identity import is_derived, session_id
 from sidecar.model import Provider
 from sidecar.proxy.headers import downstream_response_headers, upstream_request_headers
 from sidecar.proxy.routing import Route, resolve, upstream_url
@@ -152,11 +152,13 @@ class ProxyHandler:
             headers=headers,
         )
         if view.previous_response_id and dialect.server_side_state:
-            actual, withheld = await self.enforcer.continuations.resolve(view.previous_response_id)
-            if actual != view.previous_response_id:
-                exchange.request = {**exchange.request, "previous_response_id": actual}
-            if withheld:
-                exchange.request = dialect.add_withheld_outputs(exchange.request, withheld)
+            chain = await self.enforcer.continuations.resolve(view.previous_response_id)
+            if chain.response_id != view.previous_response_id:
+                exchange.request = {**exchange.request, "previous_response_id": chain.response_id}
+            if chain.outputs:
+                exchange.request = dialect.add_withheld_outputs(exchange.request, chain.outputs)
+            if chain.session and is_derived(exchange.session):
+                exchange.session = chain.session
         await self.addons.request(exchange)
         outgoing = body if exchange.request is payload else orjson.dumps(exchange.request)
         sent = time.perf_counter()
@@ -202,6 +204,7 @@ class ProxyHandler:
             if exchange.repair_rounds:
                 headers[REPAIR_HEADER] = str(exchange.repair_rounds)
             await self.addons.delivered(exchange, settlement.delivered)
+            await self._remember_chain(exchange, settlement.reply)
         response = web.Response(body=raw, status=upstream.status, reason=upstream.reason, headers=headers)
         await self._done(exchange, upstream.status, stream=False)
         return response
@@ -249,9 +252,17 @@ class ProxyHandler:
             else:
                 await downstream.write(b"".join(event.raw for event in assembler.held))
             await self.addons.delivered(exchange, settlement.delivered)
+        await self._remember_chain(exchange, reply)
         await downstream.write_eof()
         await self._done(exchange, 200, stream=True)
         return downstream
+
+    async def _remember_chain(self, exchange: Exchange, shown: Reply) -> None:
+        """A derived session is hashed from the first user message, which later turns of a
+        `previous_response_id` chain no longer carry: remember it by response id."""
+        response_id = exchange.dialect.response_id(shown)
+        if exchange.dialect.server_side_state and response_id and is_derived(exchange.session):
+            await self.enforcer.continuations.remember_session(response_id, exchange.session)
 
     async def _keep_stream_identity(self, exchange: Exchange, first: Reply, final: Reply) -> None:
         """A stream keeps the id it announced first; a stateful provider's chain continues

@@ -8,6 +8,7 @@ from typing import Any
 from sidecar.model import RequestView, canonical_json, sha256_hex
 
 _MAX_ID = 200
+_DERIVED = "h:"
 
 
 def session_id(headers: Mapping[str, str], header_name: str, view: RequestView) -> str:
@@ -17,7 +18,12 @@ def session_id(headers: Mapping[str, str], header_name: str, view: RequestView) 
         return explicit.strip()[:_MAX_ID]
     if view.session_hint:
         return str(view.session_hint)[:_MAX_ID]
-    return "h:" + sha256_hex(view.session_seed.encode())[:32]
+    return _DERIVED + sha256_hex(view.session_seed.encode())[:32]
+
+
+def is_derived(session: str) -> bool:
+    """True when no header or user field named the session (it was hashed from the chat)."""
+    return session.startswith(_DERIVED)
 
 
 def replay_key(session: str, tool: str, arguments: Any) -> str:

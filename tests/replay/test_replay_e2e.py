@@ -16,8 +16,7 @@ SEND_AGAIN = ToolCallSpec("support_replies_send", {"body": "Hello", "ticket_id":
 SEND_OTHER = ToolCallSpec("support_replies_send", {"ticket_id": "T-1", "body": "Hello again"})
 SEARCH = ToolCallSpec("support_tickets_search", {"query": "refund", "limit": 5})
 SENT = '{"status": "sent", "message_id": "m-1"}'
-# Explicit session (DESIGN.md: the header comes first). Without it a Responses chain gets a new
-# derived session per turn: its later requests carry no first user message to hash.
+# Explicit session (DESIGN.md: the header comes first); derived sessions are tested below.
 SESSION = {"X-Sidecar-Session": "replay-e2e"}
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
@@ -130,3 +129,20 @@ async def test_block_mode_replay_never_reaches_the_agent(start_sidecar, model):
     assert "replayed" in second.text and "already run" in second.text
     samples = await scrape(sidecar.admin_url)
     assert sample(samples, "sidecar_tool_replays_total", tool="support_replies_send", action="answered") == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_responses_chain_keeps_its_derived_session(start_sidecar, model, stream):
+    """No session header: later turns of a `previous_response_id` chain carry no first user
+    message to hash, so the sidecar remembers the session by response id."""
+    sidecar = await start_sidecar(tools=TRAITS)
+    agent = AGENTS["responses"](sidecar.proxy_url, TOOLS)
+    model.add_turns([Turn(text="Sending.", tool_calls=[SEND])])
+    first = await agent.ask(stream)
+    agent.answer({first.call_ids[0]: SENT})
+    model.add_turns([Turn(tool_calls=[SEND_AGAIN]), Turn(text="It was already sent.")])
+    second = await agent.ask(stream)
+
+    assert second.calls == []
+    [told] = AGENTS["responses"].tool_outputs(model.model_requests[2])
+    assert told["status"] == "replayed" and told["result"] == SENT

@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 from sidecar.config import Settings
-from sidecar.enforce import Continuations
 from sidecar.guards.replay import ToolTraits
 from sidecar.scripted import ToolCallSpec, Turn
+from sidecar.state.continuations import Continuation, Continuations
 from sidecar.state.sqlite import SQLiteStore
 from tests.e2e.agents import AGENTS
 from tests.helpers.redis_server import _free_port
@@ -141,7 +141,7 @@ async def test_responses_memo_survives_a_restart(tmp_path):
         await first.close()
     second = SQLiteStore(path)
     try:
-        assert await Continuations(store=second).resolve("resp_shown") == (
+        assert await Continuations(store=second).resolve("resp_shown") == Continuation(
             "resp_1", {"call_1": '{"status": "denied"}'}
         )
     finally:
@@ -156,7 +156,7 @@ async def test_responses_memo_falls_back_to_local_when_the_store_is_down(closed_
     try:
         memo = Continuations(store=store, on_state_error=errors.append)
         await memo.withhold("resp_1", {"call_1": "x"})
-        assert await memo.resolve("resp_1") == ("resp_1", {"call_1": "x"})
+        assert await memo.resolve("resp_1") == Continuation("resp_1", {"call_1": "x"})
         assert errors
     finally:
         await store.close()
