@@ -29,7 +29,6 @@ from sidecar.model import (
     Provider,
     RequestView,
     ToolCall,
-    ToolDeclaration,
     ToolResult,
 )
 
@@ -93,12 +92,7 @@ class AnthropicDialect(Dialect):
 
     def read_request(self, body: dict[str, Any]) -> RequestView:
         view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
-        for tool in body.get("tools") or []:
-            if isinstance(tool, dict) and tool.get("type") in (None, "custom") and "name" in tool:
-                name = str(tool["name"])
-                view.declarations[name] = ToolDeclaration.create(
-                    name, tool.get("input_schema"), str(tool.get("description") or "")
-                )
+        view.declarations = self.declarations(body)
         metadata = body.get("metadata")
         if isinstance(metadata, dict) and metadata.get("user_id"):
             view.session_hint = str(metadata["user_id"])
@@ -130,9 +124,16 @@ class AnthropicDialect(Dialect):
                     )
         return view
 
-    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
-        tools = [t for t in body.get("tools") or [] if not (isinstance(t, dict) and t.get("name") in hidden)]
-        return {**body, "tools": tools}
+    def client_tool_name(self, tool: Any) -> str | None:
+        if isinstance(tool, dict) and tool.get("type") in (None, "custom") and isinstance(tool.get("name"), str):
+            return str(tool["name"])
+        return None
+
+    def forced_tool(self, choice: Any) -> str | None:
+        return choice.get("name") if isinstance(choice, dict) and choice.get("type") == "tool" else None
+
+    def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
+        return tool.get("input_schema"), tool.get("description")
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import orjson
 
 from sidecar.dialects.sse import SSEEvent
-from sidecar.model import Provider, RequestView, ToolCall
+from sidecar.model import Provider, RequestView, ToolCall, ToolDeclaration
 
 
 class ItemKind(Enum):
@@ -176,7 +176,36 @@ class Dialect(ABC):
     def read_request(self, body: dict[str, Any]) -> RequestView: ...
 
     @abstractmethod
-    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]: ...
+    def client_tool_name(self, tool: Any) -> str | None:
+        """The name of a declared client tool (None for server tools and malformed entries)."""
+
+    @abstractmethod
+    def forced_tool(self, choice: Any) -> str | None:
+        """The tool a `tool_choice` forces, if it names one."""
+
+    @abstractmethod
+    def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
+        """(JSON Schema of the arguments, description) of a declared client tool."""
+
+    def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
+        declared: dict[str, ToolDeclaration] = {}
+        for tool in body.get("tools") or []:
+            name = self.client_tool_name(tool)
+            if name is not None:
+                schema, description = self.tool_spec(tool)
+                declared[name] = ToolDeclaration.create(name, schema, str(description or ""))
+        return declared
+
+    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
+        """Remove tools the model may not see; a `tool_choice` that needs them goes too."""
+        tools = [t for t in body.get("tools") or [] if self.client_tool_name(t) not in hidden]
+        out = {**body, "tools": tools}
+        if not tools:
+            for key in ("tools", "tool_choice", "parallel_tool_calls"):
+                out.pop(key, None)
+        elif self.forced_tool(body.get("tool_choice")) in hidden:
+            out.pop("tool_choice")
+        return out
 
     @abstractmethod
     def repair_request(

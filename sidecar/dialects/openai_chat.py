@@ -22,7 +22,7 @@ from sidecar.dialects.base import (
     parse_arguments,
 )
 from sidecar.dialects.sse import SSEEvent, format_event
-from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolDeclaration, ToolResult
+from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolResult
 
 OPENAI_ERROR_TYPES = {
     400: "invalid_request_error",
@@ -79,13 +79,7 @@ class OpenAIChatDialect(Dialect):
 
     def read_request(self, body: dict[str, Any]) -> RequestView:
         view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
-        for tool in body.get("tools") or []:
-            function = tool.get("function") if isinstance(tool, dict) else None
-            if tool.get("type") == "function" and isinstance(function, dict) and "name" in function:
-                name = str(function["name"])
-                view.declarations[name] = ToolDeclaration.create(
-                    name, function.get("parameters"), str(function.get("description") or "")
-                )
+        view.declarations = self.declarations(body)
         view.session_hint = body.get("user") or body.get("prompt_cache_key") or None
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
         system = next((m for m in messages if m.get("role") in ("system", "developer")), {})
@@ -106,11 +100,17 @@ class OpenAIChatDialect(Dialect):
                 view.results.append(ToolResult(call_id, content, False, message.get("name"), result_size(content)))
         return view
 
-    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
-        tools = [
-            t for t in body.get("tools") or [] if (t.get("function") or {}).get("name") not in hidden
-        ]
-        return {**body, "tools": tools}
+    def client_tool_name(self, tool: Any) -> str | None:
+        function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
+        return str(function["name"]) if isinstance(function, dict) and "name" in function else None
+
+    def forced_tool(self, choice: Any) -> str | None:
+        function = choice.get("function") if isinstance(choice, dict) else None
+        return function.get("name") if isinstance(function, dict) else None
+
+    def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
+        function = tool["function"]
+        return function.get("parameters"), function.get("description")
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]

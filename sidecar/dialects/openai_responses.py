@@ -25,7 +25,7 @@ from sidecar.dialects.base import (
 )
 from sidecar.dialects.openai_chat import content_text, openai_error_body, result_size
 from sidecar.dialects.sse import SSEEvent, format_event
-from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolDeclaration, ToolResult
+from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolResult
 
 _MODEL_ITEMS = {"function_call", "reasoning", "message", "custom_tool_call"}
 _TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
@@ -71,12 +71,7 @@ class OpenAIResponsesDialect(Dialect):
 
     def read_request(self, body: dict[str, Any]) -> RequestView:
         view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
-        for tool in body.get("tools") or []:
-            if isinstance(tool, dict) and tool.get("type") == "function" and "name" in tool:
-                name = str(tool["name"])
-                view.declarations[name] = ToolDeclaration.create(
-                    name, tool.get("parameters"), str(tool.get("description") or "")
-                )
+        view.declarations = self.declarations(body)
         view.session_hint = body.get("prompt_cache_key") or body.get("user") or None
         view.previous_response_id = body.get("previous_response_id")
         view.store = body.get("store", True) is not False
@@ -100,9 +95,16 @@ class OpenAIResponsesDialect(Dialect):
                     )
         return view
 
-    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
-        tools = [t for t in body.get("tools") or [] if not (t.get("type") == "function" and t.get("name") in hidden)]
-        return {**body, "tools": tools}
+    def client_tool_name(self, tool: Any) -> str | None:
+        if isinstance(tool, dict) and tool.get("type") == "function" and "name" in tool:
+            return str(tool["name"])
+        return None
+
+    def forced_tool(self, choice: Any) -> str | None:
+        return choice.get("name") if isinstance(choice, dict) and choice.get("type") == "function" else None
+
+    def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
+        return tool.get("parameters"), tool.get("description")
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]
