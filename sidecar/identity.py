@@ -28,4 +28,9 @@ def is_derived(session: str) -> bool:
 
 def replay_key(session: str, tool: str, arguments: Any) -> str:
     """sha256(session | tool | canonical_json(args)): equal calls give equal keys."""
-    return sha256_hex(session.encode() + b"|" + tool.encode() + b"|" + canonical_json(arguments))
+    return call_key(session, tool, canonical_json(arguments))
+
+
+def call_key(session: str, tool: str, canonical_arguments: bytes) -> str:
+    """The replay key from arguments already in canonical form."""
+    return sha256_hex(session.encode() + b"|" + tool.encode() + b"|" + canonical_arguments)

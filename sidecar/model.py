@@ -56,7 +56,23 @@ class ToolDeclaration:
     @classmethod
     def create(cls, name: str, schema: dict[str, Any] | None, description: str = "") -> ToolDeclaration:
         schema = schema if isinstance(schema, dict) else {"type": "object"}
-        return cls(name, schema, description or "", sha256_hex(canonical_json(schema)))
+        return cls(name, schema, description or "", schema_hash(schema))
+
+
+_SCHEMA_HASHES: dict[bytes, str] = {}
+_SCHEMA_HASHES_MAX = 4096
+
+
+def schema_hash(schema: dict[str, Any]) -> str:
+    """Every request re-declares its tools: hash each distinct schema once (keyed by its
+    plain serialisation, which is cheap), not once per request."""
+    raw = orjson.dumps(schema)
+    cached = _SCHEMA_HASHES.get(raw)
+    if cached is None:
+        if len(_SCHEMA_HASHES) >= _SCHEMA_HASHES_MAX:
+            _SCHEMA_HASHES.clear()
+        cached = _SCHEMA_HASHES[raw] = sha256_hex(canonical_json(schema))
+    return cached
 
 
 @dataclass(slots=True)
@@ -74,10 +90,20 @@ class ToolCall:
     index: int = 0
     parse_error: str | None = None
     truncated: bool = False
+    _canonical: bytes | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def canonical_arguments(self) -> bytes:
+        """Canonical JSON of the arguments (raw text when unparseable), computed once: the
+        replay key, the approval binding and the policy input all hash it."""
+        if self._canonical is None:
+            value = self.arguments if self.arguments is not None else self.raw_arguments
+            self._canonical = canonical_json(value)
+        return self._canonical
 
     @property
     def args_hash(self) -> str:
-        return sha256_hex(canonical_json(self.arguments)) if self.arguments is not None else ""
+        return sha256_hex(self.canonical_arguments) if self.arguments is not None else ""
 
 
 @dataclass(frozen=True, slots=True)

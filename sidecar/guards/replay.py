@@ -42,7 +42,7 @@ from sidecar.config import Settings
 from sidecar.context import CallCheck, Exchange
 from sidecar.guards.base import Guard
 from sidecar.guards.results import CALL_ID_REUSED
-from sidecar.identity import replay_key
+from sidecar.identity import call_key
 from sidecar.model import ToolCall, Verdict, VerdictKind
 from sidecar.state import CallRecord, StateStore, StateUnavailable, may_proceed_without_state
 from sidecar.telemetry.metrics import Metrics
@@ -58,8 +58,7 @@ def rfc3339(ts: float) -> str:
 
 def call_replay_key(session: str, call: ToolCall) -> str:
     """The DESIGN.md replay key; unparseable arguments are keyed by their raw text."""
-    args: Any = call.arguments if call.arguments is not None else call.raw_arguments
-    return replay_key(session, call.name, args)
+    return call_key(session, call.name, call.canonical_arguments)
 
 
 class ToolTraits:
