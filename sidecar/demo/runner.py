@@ -93,7 +93,11 @@ async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> i
                 summary = sidecar.sidecar.metrics.status_summary()
                 _say("\n== What the sidecar counted (GET /v1/status on the admin port)")
                 for tool, stats in sorted(summary.get("tools", {}).items()):
-                    _say(f"  {tool}: {json.dumps(stats.get('calls', stats))}")
+                    verdicts = ", ".join(f"{k} {v}" for k, v in sorted(stats["calls_by_verdict"].items()))
+                    p50 = stats["latency_seconds"]["p50"]
+                    latency = f"{p50 * 1000:.1f} ms" if p50 is not None else "n/a"
+                    _say(f"  {tool}: calls {stats['calls']} ({verdicts}); results {stats['results']}; "
+                         f"p50 tool latency {latency}; replays {stats['replays']}; repairs {stats['repairs']}")
             finally:
                 await sidecar.stop()
     sys.stdout.flush()
