@@ -122,6 +122,7 @@ class Metrics:
         self._started = time.time()
         self._lock = threading.Lock()
         self._stats: dict[str, _ToolStats] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._repairs = dict.fromkeys(REPAIR_OUTCOMES, 0)
         self._approvals_pending = 0
         self._anomaly_kinds: set[str] = set()
@@ -230,6 +231,15 @@ class Metrics:
             stats = self._stats.setdefault(label, _ToolStats())
         return stats
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """Label children cached: `labels()` costs microseconds on the hot path, a dict
+        lookup does not. Bounded because every label value already is."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def declare_tool(self, name: str) -> str:
         """Admit a tool name a request declared; returns its label."""
         return self.tools.declare(name)
@@ -240,7 +250,7 @@ class Metrics:
         """A complete tool call was judged. verdict: allow, reject, deny, approval, replay."""
         label = self.tools.label(tool)
         verdict_label = _bounded(verdict, VERDICTS)
-        self.tool_calls.labels(label, _bounded(provider, PROVIDERS), verdict_label).inc()
+        self._child(self.tool_calls, label, _bounded(provider, PROVIDERS), verdict_label).inc()
         with self._lock:
             verdicts = self._tool_stats(label).verdicts
             verdicts[verdict_label] = verdicts.get(verdict_label, 0) + 1
@@ -248,23 +258,23 @@ class Metrics:
     def argument_rejection(self, tool: str, problem: str) -> None:
         """One field failed lockdown. problem: a FieldError.kind."""
         label = self.tools.label(tool)
-        self.argument_rejections.labels(label, _bounded(problem, PROBLEMS)).inc()
+        self._child(self.argument_rejections, label, _bounded(problem, PROBLEMS)).inc()
         with self._lock:
             self._tool_stats(label).rejections += 1
 
     def policy_decision(self, decision: str, engine: str, seconds: float | None = None) -> None:
         """A policy evaluation finished. decision: allow, deny, approval, error."""
-        self.policy_decisions.labels(_bounded(decision, DECISIONS, "error")).inc()
+        self._child(self.policy_decisions, _bounded(decision, DECISIONS, "error")).inc()
         if seconds is not None:
-            self.policy_evaluation.labels(_bounded(engine, ENGINES)).observe(seconds)
+            self._child(self.policy_evaluation, _bounded(engine, ENGINES)).observe(seconds)
 
     def tool_result(self, tool: str, outcome: str, seconds: float | None = None) -> None:
         """A tool result arrived. outcome: ok or error; seconds None when the call is unknown."""
         label = self.tools.label(tool)
         outcome_label = _bounded(outcome, OUTCOMES, "error")
-        self.tool_results.labels(label, outcome_label).inc()
+        self._child(self.tool_results, label, outcome_label).inc()
         if seconds is not None and seconds >= 0:
-            self.tool_call_duration.labels(label, outcome_label).observe(seconds)
+            self._child(self.tool_call_duration, label, outcome_label).observe(seconds)
         with self._lock:
             stats = self._tool_stats(label)
             if outcome_label == "ok":
@@ -277,14 +287,14 @@ class Metrics:
     def replay(self, tool: str, action: str) -> None:
         """An identical call was seen again. action: allowed or answered (from the ledger)."""
         label = self.tools.label(tool)
-        self.tool_replays.labels(label, _bounded(action, REPLAY_ACTIONS)).inc()
+        self._child(self.tool_replays, label, _bounded(action, REPLAY_ACTIONS)).inc()
         with self._lock:
             self._tool_stats(label).replays += 1
 
     def repair_round(self, outcome: str, tools: Iterable[str] = ()) -> None:
         """A repair round ended. outcome: corrected or exhausted; tools: the refused calls'."""
         outcome_label = _bounded(outcome, REPAIR_OUTCOMES)
-        self.repair_rounds.labels(outcome_label).inc()
+        self._child(self.repair_rounds, outcome_label).inc()
         with self._lock:
             self._repairs[outcome_label] = self._repairs.get(outcome_label, 0) + 1
             for tool in tools:
@@ -292,18 +302,18 @@ class Metrics:
 
     def upstream(self, provider: str, status: int | str | None, seconds: float) -> None:
         """An upstream request finished; status None (or non-HTTP) for a transport error."""
-        self.upstream_duration.labels(_bounded(provider, PROVIDERS), _status(status)).observe(
+        self._child(self.upstream_duration, _bounded(provider, PROVIDERS), _status(status)).observe(
             seconds
         )
 
     def overhead(self, provider: str, stream: bool, seconds: float) -> None:
         """Time the sidecar itself added to one request (parsing, guards, rewriting)."""
-        self.proxy_overhead.labels(
+        self._child(self.proxy_overhead,
             _bounded(provider, PROVIDERS), "true" if stream else "false"
         ).observe(seconds)
 
     def schema_change(self, tool: str) -> None:
-        self.schema_changes.labels(self.tools.label(tool)).inc()
+        self._child(self.schema_changes, self.tools.label(tool)).inc()
 
     def approvals_pending(self, n: int) -> None:
         self._approvals_pending = n
@@ -311,7 +321,7 @@ class Metrics:
 
     def approval(self, outcome: str) -> None:
         """An approval was resolved. outcome: approved, denied, expired."""
-        self.approvals.labels(_bounded(outcome, APPROVAL_OUTCOMES)).inc()
+        self._child(self.approvals, _bounded(outcome, APPROVAL_OUTCOMES)).inc()
 
     # ---------------------------------------------------------------- operational events
 
@@ -328,7 +338,7 @@ class Metrics:
         (self.policy_reloads if ok else self.policy_reload_errors).inc()
 
     def tool_hidden(self, tool: str) -> None:
-        self.tools_hidden.labels(self.tools.label(tool)).inc()
+        self._child(self.tools_hidden, self.tools.label(tool)).inc()
 
     def tool_result_anomaly(self, kind: str) -> None:
         """Anomaly kinds come from code, but cap them anyway (32 distinct, then other)."""
@@ -336,10 +346,10 @@ class Metrics:
             with self._lock:
                 if len(self._anomaly_kinds) < 32 and len(kind) <= 64:
                     self._anomaly_kinds.add(kind)
-        self.tool_result_anomalies.labels(kind if kind in self._anomaly_kinds else OTHER).inc()
+        self._child(self.tool_result_anomalies, kind if kind in self._anomaly_kinds else OTHER).inc()
 
     def state_error(self, backend: str) -> None:
-        self.state_errors.labels(_bounded(backend, {"memory", "sqlite", "redis"})).inc()
+        self._child(self.state_errors, _bounded(backend, {"memory", "sqlite", "redis"})).inc()
 
     # ---------------------------------------------------------------- exposition
 
