@@ -19,13 +19,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sidecar.addons import Addon
-from sidecar.config import Settings
 from sidecar.context import Exchange
-from sidecar.policy.engine import Decision, PolicyEngine
-from sidecar.policy.inputs import Clock, SessionCounter, agent_identity, base_input, session_counts
+from sidecar.policy.addon import PolicyAddon
+from sidecar.policy.engine import Decision
+from sidecar.policy.inputs import base_input, session_counts
 from sidecar.telemetry.logs import log_event
-from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.policy")
 
@@ -39,18 +37,9 @@ def _field(record: Any, name: str, default: Any = None) -> Any:
     return getattr(record, name, default)
 
 
-class ResultPolicy(Addon):
+class ResultPolicy(PolicyAddon):
     name = "policy_results"
 
-    def __init__(
-        self, settings: Settings, engine: PolicyEngine, metrics: Metrics, state: SessionCounter | None = None
-    ) -> None:
-        self.engine = engine
-        self.metrics = metrics
-        self.state = state
-        self.mode = settings.policy.mode
-        self.agent = agent_identity(settings)
-        self.clock = Clock()
 
     async def request(self, exchange: Exchange) -> None:
         await self.evaluate(exchange)

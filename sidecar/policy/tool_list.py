@@ -11,18 +11,15 @@ from __future__ import annotations
 import logging
 import time
 
-from sidecar.addons import Addon
-from sidecar.config import Settings
 from sidecar.context import Exchange
-from sidecar.policy.engine import PolicyEngine
-from sidecar.policy.inputs import Clock, SessionCounter, agent_identity, base_input, session_counts
+from sidecar.policy.addon import PolicyAddon
+from sidecar.policy.inputs import base_input, session_counts
 from sidecar.telemetry.logs import log_event
-from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.policy")
 
 
-class ToolListFilter(Addon):
+class ToolListFilter(PolicyAddon):
     """Asks `data.sidecar.visible_tools` for each request that declares tools.
 
     Undefined or an engine error shows every tool: hiding narrows what the model is
@@ -32,15 +29,6 @@ class ToolListFilter(Addon):
 
     name = "policy_tool_list"
 
-    def __init__(
-        self, settings: Settings, engine: PolicyEngine, metrics: Metrics, state: SessionCounter | None = None
-    ) -> None:
-        self.engine = engine
-        self.metrics = metrics
-        self.state = state
-        self.mode = settings.policy.mode
-        self.agent = agent_identity(settings)
-        self.clock = Clock()
 
     async def request(self, exchange: Exchange) -> None:
         declared = exchange.view.declarations
