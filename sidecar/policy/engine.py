@@ -162,7 +162,37 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 500 else text[:497] + "..."
 
 
-class EmbeddedEngine:
+class _Interpreting:
+    """Turns a rule's raw value (or an evaluation error) into what callers get: the same
+    for every engine, so both give the same decisions for the same values."""
+
+    on_error: OnError
+    eval_errors: int
+
+    def _decision(self, value: Any, error: str | None, undefined: Decision | None) -> Decision | None:
+        if error is not None:
+            return error_decision(self.on_error, error)
+        if value is UNDEFINED:
+            return undefined
+        try:
+            return decision_from_value(value)
+        except MalformedDecision as exc:
+            self.eval_errors += 1
+            return error_decision(self.on_error, str(exc))
+
+    def _visible(self, value: Any, error: str | None) -> list[str] | None:
+        """On error: None (all visible). Hiding is not the safety net: every call is decided."""
+        if error is not None:
+            return None
+        try:
+            return visible_from_value(value)
+        except MalformedDecision as exc:
+            self.eval_errors += 1
+            log.warning("%s", exc)
+            return None
+
+
+class EmbeddedEngine(_Interpreting):
     """regorus in-process. Everything runs synchronously on the event loop's thread.
 
     regorus engines are bound to their creating thread; if this object is used from a
@@ -280,46 +310,21 @@ class EmbeddedEngine:
             return UNDEFINED, _short(exc)
 
     def decide_sync(self, input: dict[str, Any]) -> Decision:
-        value, error = self._guarded(DECISION, input)
-        if error is not None:
-            return error_decision(self.on_error, error)
-        if value is UNDEFINED:
-            return undefined_decision()
-        try:
-            return decision_from_value(value)
-        except MalformedDecision as exc:
-            self.eval_errors += 1
-            return error_decision(self.on_error, str(exc))
+        decision = self._decision(*self._guarded(DECISION, input), undefined_decision())
+        assert decision is not None
+        return decision
 
     async def decide(self, input: dict[str, Any]) -> Decision:
         self._start_watcher()
         return self.decide_sync(input)
 
     async def visible_tools(self, input: dict[str, Any]) -> list[str] | None:
-        """On error: None (all visible). Hiding is not the safety net: every call is decided."""
         self._start_watcher()
-        value, error = self._guarded(VISIBLE_TOOLS, input)
-        if error is not None:
-            return None
-        try:
-            return visible_from_value(value)
-        except MalformedDecision as exc:
-            self.eval_errors += 1
-            log.warning("%s", exc)
-            return None
+        return self._visible(*self._guarded(VISIBLE_TOOLS, input))
 
     async def result_decision(self, input: dict[str, Any]) -> Decision | None:
         self._start_watcher()
-        value, error = self._guarded(RESULT_DECISION, input)
-        if error is not None:
-            return error_decision(self.on_error, error)
-        if value is UNDEFINED:
-            return None
-        try:
-            return decision_from_value(value)
-        except MalformedDecision as exc:
-            self.eval_errors += 1
-            return error_decision(self.on_error, str(exc))
+        return self._decision(*self._guarded(RESULT_DECISION, input), None)
 
     def health(self) -> dict[str, Any]:
         compiled = self._compiled
@@ -405,7 +410,7 @@ class _OpaClient:
             self._client = None
 
 
-class OpaEngine:
+class OpaEngine(_Interpreting):
     """A real OPA server over its REST Data API. The server loads the policies itself
     (`opa run --server --watch policies/`), so hot reload is OPA's job here."""
 
@@ -421,7 +426,8 @@ class OpaEngine:
 
     async def _query(self, rule: str, input: dict[str, Any]) -> tuple[Any, str | None]:
         try:
-            defined, value = await self._client.query("sidecar", rule, input)
+            package, _, name = rule.removeprefix("data.").rpartition(".")
+            defined, value = await self._client.query(package, name, input)
         except OpaError as exc:
             self.eval_errors += 1
             self._error = str(exc)
@@ -432,38 +438,15 @@ class OpaEngine:
         return (value if defined else UNDEFINED), None
 
     async def decide(self, input: dict[str, Any]) -> Decision:
-        value, error = await self._query("decision", input)
-        if error is not None:
-            return error_decision(self.on_error, error)
-        if value is UNDEFINED:
-            return undefined_decision()
-        try:
-            return decision_from_value(value)
-        except MalformedDecision as exc:
-            self.eval_errors += 1
-            return error_decision(self.on_error, str(exc))
+        decision = self._decision(*await self._query(DECISION, input), undefined_decision())
+        assert decision is not None
+        return decision
 
     async def visible_tools(self, input: dict[str, Any]) -> list[str] | None:
-        value, error = await self._query("visible_tools", input)
-        if error is not None:
-            return None
-        try:
-            return visible_from_value(value)
-        except MalformedDecision:
-            self.eval_errors += 1
-            return None
+        return self._visible(*await self._query(VISIBLE_TOOLS, input))
 
     async def result_decision(self, input: dict[str, Any]) -> Decision | None:
-        value, error = await self._query("result_decision", input)
-        if error is not None:
-            return error_decision(self.on_error, error)
-        if value is UNDEFINED:
-            return None
-        try:
-            return decision_from_value(value)
-        except MalformedDecision as exc:
-            self.eval_errors += 1
-            return error_decision(self.on_error, str(exc))
+        return self._decision(*await self._query(RESULT_DECISION, input), None)
 
     def health(self) -> dict[str, Any]:
         return {
