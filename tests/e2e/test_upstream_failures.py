@@ -6,7 +6,6 @@ upstream request."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 from sidecar.app import Running
 from sidecar.scripted import ScriptedModel, Turn, UpstreamError
 from tests.e2e.clients import anthropic_client, openai_client
+from tests.helpers.ports import free_port
 
 USER = [{"role": "user", "content": "Hello?"}]
 PROTOCOLS = ["anthropic", "openai_chat", "openai_responses"]
@@ -61,10 +61,6 @@ def _sdk_status_error(protocol: str) -> type[Exception]:
     return anthropic.APIStatusError if protocol == "anthropic" else openai.APIStatusError
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- provider errors pass through --------------------------------------------------------------
@@ -108,14 +104,14 @@ def _assert_provider_shaped(protocol: str, error: Any, status: int, words: str) 
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_unreachable_upstream_is_502(start_sidecar, protocol, stream):
-    dead = f"http://127.0.0.1:{_closed_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     running = await start_sidecar(anthropic_upstream=dead, openai_upstream=dead)
     error = await _error_of(_call(protocol, stream), running.proxy_url)
     _assert_provider_shaped(protocol, error, 502, "unreachable")
 
 
 async def test_unreachable_upstream_untouched_paths(start_sidecar):
-    dead = f"http://127.0.0.1:{_closed_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     running = await start_sidecar(anthropic_upstream=dead, openai_upstream=dead)
     async with anthropic_client(running.proxy_url) as a, openai_client(running.proxy_url) as o:
         with pytest.raises(anthropic.APIStatusError) as a_error:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -12,15 +11,13 @@ from contextlib import contextmanager
 
 import redis
 
+from tests.helpers.ports import free_port
+
 
 class RedisServerMissing(RuntimeError):
     """redis-server is not installed; the Redis tests must fail, not skip (CI installs it)."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -34,7 +31,7 @@ def run_redis_server(timeout_s: float = 10.0) -> Iterator[str]:
         )
     with tempfile.TemporaryDirectory(prefix="sidecar-redis-") as workdir:
         for _attempt in range(3):  # the free port may be taken between probe and bind
-            port = _free_port()
+            port = free_port()
             proc = subprocess.Popen(
                 [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--dir", workdir, "--protected-mode", "yes"],

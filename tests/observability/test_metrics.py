@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
 from tests.conftest import StartSidecar
 from tests.e2e.agents import AGENTS, Agent
+from tests.helpers.ports import free_port
 from tests.observability.prom import scrape
 
 SCHEMA = {
@@ -194,10 +194,6 @@ async def test_tool_label_is_capped(model: ScriptedModel, start_sidecar: StartSi
     assert m.value("sidecar_tool_results_total", tool="other", outcome="ok") == 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_real_prometheus_scrapes_the_admin_port(model: ScriptedModel, start_sidecar: StartSidecar,
@@ -218,7 +214,7 @@ async def test_real_prometheus_scrapes_the_admin_port(model: ScriptedModel, star
         "scrape_configs:\n  - job_name: sidecar\n    scrape_interval: 1s\n"
         f"    static_configs:\n      - targets: ['{target}']\n"
     )
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "prometheus.log"
     with log.open("wb") as stderr:
         proc = await asyncio.create_subprocess_exec(

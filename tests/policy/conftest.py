@@ -4,7 +4,6 @@ and a real `opa run --server` when an opa binary is on PATH."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -17,6 +16,7 @@ from aiohttp import web
 
 from sidecar.config import PolicySettings
 from sidecar.policy.opa_stub import make_app
+from tests.helpers.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = str(REPO / "policies")
@@ -53,18 +53,13 @@ async def opa_stub() -> AsyncIterator[StubServer]:
     await server.runner.cleanup()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="session")
 def real_opa() -> Iterator[str]:
     """`opa run --server` over the shipped policies (only when the binary exists)."""
     assert OPA_BINARY is not None
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [OPA_BINARY, "run", "--server", "--addr", f"127.0.0.1:{port}", POLICIES],
         stdout=subprocess.DEVNULL,
