@@ -248,7 +248,11 @@ class ProxyHandler:
             await self._keep_stream_identity(exchange, reply, settlement.reply)
             if settlement.changed:
                 start = assembler.cut if assembler.cut is not None else len(reply.items)
-                await downstream.write(exchange.dialect.render_tail(settlement.reply, start, assembler.tail))
+                tail = exchange.dialect.render_tail(settlement.reply, start, assembler.tail)
+                if exchange.repair_rounds:
+                    # Headers left long ago: say it the way clients ignore, an SSE comment.
+                    tail = f": {REPAIR_HEADER}: {exchange.repair_rounds}\n\n".encode() + tail
+                await downstream.write(tail)
             else:
                 await downstream.write(b"".join(event.raw for event in assembler.held))
             await self.addons.delivered(exchange, settlement.delivered)

@@ -156,3 +156,18 @@ async def test_usage_is_summed_over_rounds(model, sidecar):
                      Turn(tool_calls=[GOOD], usage={"input_tokens": 20, "output_tokens": 5})])
     received = await AGENTS["anthropic"](sidecar.proxy_url, TOOLS).ask(stream=True)
     assert received.raw.usage.output_tokens == 12
+
+
+async def test_streams_report_repair_rounds_in_a_comment(model, sidecar):
+    """A stream's headers left before the repair: the count comes as an SSE comment."""
+    import aiohttp
+
+    model.add_turns([Turn(tool_calls=[BAD]), Turn(tool_calls=[GOOD])])
+    body = {"model": "m", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"name": "support_tickets_search", "input_schema": TICKETS_SCHEMA}]}
+    async with aiohttp.ClientSession() as session, session.post(
+        sidecar.proxy_url + "/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}
+    ) as response:
+        raw = await response.read()
+    assert b"\n: x-sidecar-repair-rounds: 1\n\n" in raw
+    assert raw.rstrip().endswith(b'{"type":"message_stop"}')
