@@ -60,6 +60,10 @@ class ToolSettings(_Section):
     approval_mode: Literal["defer", "hold"] | None = None
 
 
+# Tools without a `tools:` entry (most of them) share one empty override, never mutated.
+_NO_OVERRIDES = ToolSettings.model_construct()
+
+
 class EnforcementSettings(_Section):
     mode: Literal["enforce", "observe", "block"] = "enforce"
     max_repair_rounds: int = Field(2, ge=0, le=10)
@@ -167,7 +171,7 @@ class Settings(_Section):
         return value
 
     def tool(self, name: str) -> ToolSettings:
-        return self.tools.get(name) or ToolSettings()
+        return self.tools.get(name) or _NO_OVERRIDES
 
     def mode_for(self, tool: str) -> str:
         return self.tool(tool).mode or self.enforcement.mode
