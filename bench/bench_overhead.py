@@ -57,6 +57,30 @@ async def _otlp_sink() -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
+async def _bare_forwarder(upstream: str) -> tuple[web.AppRunner, str]:
+    """The floor: an aiohttp proxy that only forwards (one more loopback hop, no parsing)."""
+    client = aiohttp.ClientSession(auto_decompress=False)
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        async with client.post(upstream + request.path, data=body, headers=HEADERS) as answer:
+            response = web.StreamResponse(status=answer.status)
+            response.content_type = answer.content_type
+            await response.prepare(request)
+            async for chunk in answer.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", forward)
+    app.on_cleanup.append(lambda _app: client.close())
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
 async def _sidecar(model: ScriptedModel, tmp: str, **telemetry: Any) -> Running:
     return await start(load_settings(flags={
         "listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0",
@@ -103,6 +127,7 @@ def _report(title: str, series: dict[str, list[float]]) -> dict[str, float]:
         added[name] = p50 - direct50
         extra = "" if name == "direct" else f"{p50 - direct50:>11.3f}{p95 - direct95:>11.3f}"
         print(f"  {name:<16}{p50:>9.3f}{p95:>9.3f}{extra}")
+    print(f"  sidecar minus bare proxy (its own work, p50): {added['sidecar'] - added['bare proxy']:.3f} ms")
     off, on = added["sidecar"], added["sidecar+tracing"]
     ratio = on / off if off > 0 else float("nan")
     print(f"  tracing on / off added latency (p50): {ratio:.2f}x ({on - off:+.3f} ms per request)")
@@ -117,7 +142,9 @@ async def main(n: int, stream_n: int, single_n: int) -> None:
         async with ScriptedModel([]) as model:
             plain = await _sidecar(model, tmp)
             traced = await _sidecar(model, tmp, otlp_endpoint=sink_url, otlp_metrics=True)
-            targets = {"direct": model.url, "sidecar": plain.proxy_url, "sidecar+tracing": traced.proxy_url}
+            bare, bare_url = await _bare_forwarder(model.url)
+            targets = {"direct": model.url, "bare proxy": bare_url, "sidecar": plain.proxy_url,
+                       "sidecar+tracing": traced.proxy_url}
             try:
                 async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4)) as session:
                     _report("non-streaming", await _series(session, targets, n, False, model))
@@ -129,6 +156,7 @@ async def main(n: int, stream_n: int, single_n: int) -> None:
             finally:
                 await plain.stop()
                 await traced.stop()
+                await bare.cleanup()
     await sink.cleanup()
     w = statistics.median(whole["sidecar"]) - statistics.median(whole["direct"])
     s = statistics.median(streamed["sidecar"]) - statistics.median(streamed["direct"])
