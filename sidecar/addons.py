@@ -10,6 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from sidecar.context import CallCheck, Exchange
+from sidecar.dialects.base import Reply
 from sidecar.model import ToolCall
 
 log = logging.getLogger("sidecar.addons")
@@ -20,6 +21,9 @@ class Addon:
 
     async def request(self, exchange: Exchange) -> None:
         """A parsed request is about to go upstream (results matched, tools declared)."""
+
+    async def replied(self, exchange: Exchange, reply: Reply) -> None:
+        """A model reply was read: the agent's own, then one per repair round."""
 
     async def checked(self, exchange: Exchange, checks: list[CallCheck]) -> None:
         """Calls of one model turn were checked; `check.action` says what was done."""
@@ -53,6 +57,9 @@ class Addons:
 
     async def request(self, exchange: Exchange) -> None:
         await self._each("request", lambda a: a.request(exchange))
+
+    async def replied(self, exchange: Exchange, reply: Reply) -> None:
+        await self._each("replied", lambda a: a.replied(exchange, reply))
 
     async def checked(self, exchange: Exchange, checks: list[CallCheck]) -> None:
         await self._each("checked", lambda a: a.checked(exchange, checks))

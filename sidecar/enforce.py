@@ -116,6 +116,7 @@ class Enforcer:
                 break
             exchange.repair_rounds = round_number
             current = dialect.read_reply(body)
+            await self.addons.replied(exchange, current)
             spent.append(current)
             checks = await self.guards.check(exchange, current.calls, round_number)
             plan = self._plan(checks)

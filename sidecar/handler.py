@@ -198,6 +198,7 @@ class ProxyHandler:
         if parsed is not None:
             dialect = exchange.dialect
             reply = dialect.read_reply(parsed)
+            await self.addons.replied(exchange, reply)
             settlement = await self.enforcer.settle(exchange, reply, reply.first_call_position)
             if settlement.changed:
                 raw = orjson.dumps(dialect.write_reply(settlement.reply))
@@ -240,6 +241,7 @@ class ProxyHandler:
             return downstream
         await self.addons.upstream(exchange, 200, exchange.upstream_seconds)
         reply = assembler.reply()
+        await self.addons.replied(exchange, reply)
         if assembler.error is None and assembler.held:
             if not reply.complete:
                 log.warning("stream ended without its terminator: held calls discarded")

@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from contextvars import Token
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from opentelemetry import context as otel_context
@@ -44,7 +44,7 @@ from sidecar import __version__
 from sidecar.addons import Addon
 from sidecar.config import TelemetrySettings
 from sidecar.context import CallCheck, Exchange
-from sidecar.dialects.base import Dialect, Reply, StreamAssembler
+from sidecar.dialects.base import Reply
 from sidecar.model import ToolCall, VerdictKind
 
 # Explicit bucket boundaries the GenAI conventions give for durations (seconds).
@@ -136,48 +136,6 @@ class _State:
         self.pending_verdicts: dict[str, CallCheck] = {}
 
 
-class _AssemblerTap:
-    """Delegates to a stream assembler and reports its final reply to the tracing addon."""
-
-    def __init__(self, inner: StreamAssembler, addon: TracingAddon, exchange: Exchange) -> None:
-        self._inner = inner
-        self._addon = addon
-        self._exchange = exchange
-
-    def reply(self) -> Reply:
-        reply = self._inner.reply()
-        self._addon.on_reply(self._exchange, reply)
-        return reply
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-class _DialectTap:
-    """Delegates to the exchange's dialect and reports each reply read (request and repair
-    rounds) so spans get `gen_ai.response.*` and usage. Per exchange, only when tracing is on.
-
-    The addon hooks do not carry the model's reply; a `response(exchange, reply)` hook in the
-    handler would make this tap unnecessary.
-    """
-
-    def __init__(self, inner: Dialect, addon: TracingAddon, exchange: Exchange) -> None:
-        self._inner = inner
-        self._addon = addon
-        self._exchange = exchange
-
-    def read_reply(self, body: dict[str, Any]) -> Reply:
-        reply = self._inner.read_reply(body)
-        self._addon.on_reply(self._exchange, reply)
-        return reply
-
-    def assembler(self) -> StreamAssembler:
-        return cast(StreamAssembler, _AssemblerTap(self._inner.assembler(), self._addon, self._exchange))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
 class TracingAddon(Addon):
     """Spans and the tool duration metric; added to the Sidecar only when OTLP is configured."""
 
@@ -250,9 +208,8 @@ class TracingAddon(Addon):
         state = exchange.scratch.get(_SCRATCH)
         return state if isinstance(state, _State) else None
 
-    def on_reply(self, exchange: Exchange, reply: Reply) -> None:
-        """A model reply was read: the first belongs to the request span, later ones to the
-        repair round in progress."""
+    async def replied(self, exchange: Exchange, reply: Reply) -> None:
+        """The first reply belongs to the request span, later ones to the repair round."""
         state = self._state(exchange)
         if state is None:
             return
@@ -325,7 +282,6 @@ class TracingAddon(Addon):
         token = otel_context.attach(ctx)
         exchange.scratch[_SCRATCH] = _State(span, ctx, token)
         self._inject(exchange, ctx)
-        exchange.dialect = cast(Dialect, _DialectTap(exchange.dialect, self, exchange))
         self._match_results(exchange)  # tool spans end inside the request that brings the result
         task = asyncio.current_task()
         if task is not None:  # the handler may end on an exception, without `done`

@@ -68,6 +68,7 @@ async def test_model_corrects_itself_in_round_one(model, sidecar, kind, stream, 
         }
     ]
     assert requests[1].stream is False  # repair rounds are whole responses spliced in
+    await sidecar.sidecar.rejections.aflush()  # written by a background thread
     log = [json.loads(line) for line in (tmp_path / "rejections.jsonl").read_text().splitlines()]
     assert [(r["tool"], r["action"], r["errors"][0]["field"]) for r in log] == [
         ("support_tickets_search", "repair", "limit")
