@@ -19,7 +19,7 @@ from sidecar.scripted import ToolCallSpec, Turn
 from sidecar.state.continuations import Continuation, Continuations
 from sidecar.state.sqlite import SQLiteStore
 from tests.e2e.agents import AGENTS
-from tests.helpers.redis_server import _free_port
+from tests.helpers.ports import free_port
 from tests.replay.conftest import TOOLS, TRAITS, sample, scrape
 
 SEND = ToolCallSpec("support_replies_send", {"ticket_id": "T-9", "body": "Your refund is on its way"})
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 @asynccontextmanager
 async def sidecar_process(model_url: str, env: dict[str, str], tmp: Path) -> AsyncIterator[tuple[str, str]]:
     """`python -m sidecar.cli run` as its own OS process; yields (proxy URL, admin URL)."""
-    listen, admin = f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"
+    listen, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "sidecar.cli", "run", "--listen", listen, "--admin-listen", admin,
         "--anthropic-upstream", model_url, "--openai-upstream", model_url,
@@ -90,7 +90,7 @@ async def test_two_sidecar_processes_share_one_redis(model, redis_url, tmp_path)
 
 @pytest.fixture
 def closed_redis_url() -> str:
-    return f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
+    return f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
 
 
 async def test_redis_unreachable_fails_closed_for_side_effects(start_sidecar, model, closed_redis_url):
