@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import jsonschema_rs
 
@@ -87,6 +87,18 @@ _CHILD_ONE = frozenset(
 )
 _MISSING = object()
 _ERR = jsonschema_rs.ValidationError
+
+
+# Size limits: keyword -> (container type, what is counted, comparison, which limit).
+_SIZE_LIMITS: dict[str, tuple[type, str, str, str]] = {
+    "MinLength": (str, "characters", "fewer", "minimum"),
+    "MaxLength": (str, "characters", "more", "maximum"),
+    "MinItems": (list, "items", "fewer", "minimum"),
+    "MaxItems": (list, "items", "more", "maximum"),
+    "MinProperties": (dict, "properties", "fewer", "minimum"),
+    "MaxProperties": (dict, "properties", "more", "maximum"),
+}
+_SINGULAR = {"characters": "character", "items": "item", "properties": "property"}
 
 
 @dataclass(slots=True)
@@ -220,39 +232,12 @@ class CompiledSchema:
             problem = f"{shown} is not less than the exclusive maximum {kind.limit}"
         elif isinstance(kind, jsonschema_rs.ValidationErrorKind.MultipleOf):
             problem = f"{shown} is not a multiple of {kind.multiple_of}"
-        elif isinstance(
-            kind,
-            (
-                jsonschema_rs.ValidationErrorKind.MinLength,
-                jsonschema_rs.ValidationErrorKind.MaxLength,
-            ),
-        ):
-            size = len(actual) if isinstance(actual, str) else 0
-            side = "fewer" if name == "MinLength" else "more"
-            word = "minimum" if name == "MinLength" else "maximum"
-            problem = f"{shown} has {size} characters, {side} than the {word} {kind.limit}"
-        elif isinstance(
-            kind,
-            (
-                jsonschema_rs.ValidationErrorKind.MinItems,
-                jsonschema_rs.ValidationErrorKind.MaxItems,
-            ),
-        ):
-            size = len(actual) if isinstance(actual, list) else 0
-            side = "fewer" if name == "MinItems" else "more"
-            word = "minimum" if name == "MinItems" else "maximum"
-            problem = f"got {size} item{'s' * (size != 1)}, {side} than the {word} {kind.limit}"
-        elif isinstance(
-            kind,
-            (
-                jsonschema_rs.ValidationErrorKind.MinProperties,
-                jsonschema_rs.ValidationErrorKind.MaxProperties,
-            ),
-        ):
-            size = len(actual) if isinstance(actual, dict) else 0
-            side = "fewer" if name == "MinProperties" else "more"
-            word = "minimum" if name == "MinProperties" else "maximum"
-            problem = f"got {size} properties, {side} than the {word} {kind.limit}"
+        elif name in _SIZE_LIMITS:
+            container, counted, side, word = _SIZE_LIMITS[name]
+            size = len(cast(Sized, actual)) if isinstance(actual, container) else 0
+            noun = counted if size != 1 else _SINGULAR[counted]
+            what = f"{shown} has {size} {noun}" if container is str else f"got {size} {noun}"
+            problem = f"{what}, {side} than the {word} {getattr(kind, 'limit', '?')}"
         elif isinstance(kind, jsonschema_rs.ValidationErrorKind.UniqueItems):
             problem = f"the items of {shown} are not unique"
         elif isinstance(kind, jsonschema_rs.ValidationErrorKind.OneOfMultipleValid):
