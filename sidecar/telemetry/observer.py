@@ -6,6 +6,7 @@ from collections import OrderedDict
 
 from sidecar.addons import Addon
 from sidecar.context import CallCheck, Exchange
+from sidecar.model import Verdict
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.rejection_log import RejectionLog
@@ -42,35 +43,42 @@ class TelemetryAddon(Addon):
             call, verdict = check.call, check.verdict
             self.metrics.tool_call(call.name, provider, verdict.kind.value)
             if verdict.allowed:
+                # Refusals a shadow-mode policy only observed: logged so a rollout can be judged.
+                for observed in check.observed:
+                    self._log_refusal(exchange, check, observed, "shadow")
                 continue
             if check.action == "repair":  # per-tool repair counts for /v1/status
                 exchange.scratch.setdefault(_REPAIR_TOOLS, set()).add(call.name)
             for error in verdict.errors:
                 self.metrics.argument_rejection(call.name, error.kind)
-            declaration = exchange.view.declarations.get(call.name)
-            self.rejections.log_rejection(
-                session=exchange.session,
-                provider=provider,
-                model=exchange.view.model,
-                tool=call.name,
-                call_id=call.id,
-                arguments=call.arguments if call.arguments is not None else call.raw_arguments,
-                verdict=verdict,
-                action=check.action,
-                repair_round=check.round,
-                schema=declaration.schema if declaration else None,
-                guard=verdict.guard,
-            )
-            log_event(
-                "verdict",
-                session=exchange.session,
-                tool=call.name,
-                call_id=call.id,
-                verdict=verdict.kind.value,
-                status=verdict.status,
-                action=check.action,
-                round=check.round,
-            )
+            self._log_refusal(exchange, check, verdict, check.action)
+
+    def _log_refusal(self, exchange: Exchange, check: CallCheck, verdict: Verdict, action: str) -> None:
+        call = check.call
+        declaration = exchange.view.declarations.get(call.name)
+        self.rejections.log_rejection(
+            session=exchange.session,
+            provider=exchange.provider.value,
+            model=exchange.view.model,
+            tool=call.name,
+            call_id=call.id,
+            arguments=call.arguments if call.arguments is not None else call.raw_arguments,
+            verdict=verdict,
+            action=action,
+            repair_round=check.round,
+            schema=declaration.schema if declaration else None,
+            guard=verdict.guard,
+        )
+        log_event(
+            "verdict",
+            session=exchange.session,
+            tool=call.name,
+            call_id=call.id,
+            verdict=verdict.kind.value,
+            status=verdict.status,
+            action=action,
+            round=check.round,
+        )
 
     async def repaired(self, exchange: Exchange, outcome: str) -> None:
         self.metrics.repair_round(outcome, sorted(exchange.scratch.pop(_REPAIR_TOOLS, ())))

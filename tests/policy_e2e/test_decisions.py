@@ -62,7 +62,7 @@ async def test_denied_call_is_repaired_with_the_policy_reason(
 
 
 async def test_shadow_mode_lets_the_call_through_and_records_it(
-    model, start_sidecar, strict_policies: Path, policy_log: Captured
+    model, start_sidecar, strict_policies: Path, policy_log: Captured, tmp_path: Path
 ) -> None:
     sidecar = await start_sidecar(policies=str(strict_policies), policy={"mode": "shadow"})
     model.add_turns(Turn(tool_calls=[WIPE]))
@@ -75,6 +75,9 @@ async def test_shadow_mode_lets_the_call_through_and_records_it(
     [event] = policy_log.named("policy_decision")
     assert (event["tool"], event["decision"], event["action"]) == ("crm_wipe", "deny", "shadow")
     assert event["reasons"] == WIPE_DENIED["reasons"]
+    await sidecar.sidecar.rejections.aflush()
+    log = [json.loads(line) for line in (tmp_path / "rejections.jsonl").read_text().splitlines()]
+    assert [(r["tool"], r["action"], r["status"]) for r in log] == [("crm_wipe", "shadow", "denied")]
 
 
 async def test_off_mode_skips_evaluation(model, start_sidecar, strict_policies: Path) -> None:
