@@ -236,16 +236,16 @@ class ProxyHandler:
             # normal in-stream error instead of a stream that merely stops.
             status = 504 if isinstance(exc, TimeoutError) else 502
             message = "the upstream stream ended early" + (" (timed out)" if status == 504 else "")
-            await downstream.write(format_event(orjson.dumps(exchange.dialect.error_body(status, message)), "error"))
-            await downstream.write_eof()
-            return downstream
+            return await self._end_with_error(exchange, downstream, status, message)
         await self.addons.upstream(exchange, 200, exchange.upstream_seconds)
         reply = assembler.reply()
         await self.addons.replied(exchange, reply)
         if assembler.error is None and assembler.held:
             if not reply.complete:
                 log.warning("stream ended without its terminator: held calls discarded")
-                return downstream
+                return await self._end_with_error(
+                    exchange, downstream, 502, "the upstream stream ended before its last event"
+                )
             settlement = await self._settle_with_keepalive(exchange, downstream, reply, assembler.cut)
             await self._keep_stream_identity(exchange, reply, settlement.reply)
             if settlement.changed:
@@ -261,6 +261,17 @@ class ProxyHandler:
         await self._remember_chain(exchange, reply)
         await downstream.write_eof()
         await self._done(exchange, 200, stream=True)
+        return downstream
+
+    async def _end_with_error(
+        self, exchange: Exchange, downstream: web.StreamResponse, status: int, message: str
+    ) -> web.StreamResponse:
+        """A broken stream ends with the protocol's error event, so the SDK raises its normal
+        streaming error instead of taking a truncated answer as complete."""
+        error = orjson.dumps(exchange.dialect.error_body(status, message))
+        await downstream.write(format_event(error, "error"))
+        await downstream.write_eof()
+        await self._done(exchange, status, stream=True)
         return downstream
 
     async def _remember_chain(self, exchange: Exchange, shown: Reply) -> None:

@@ -6,6 +6,7 @@ upstream request."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -252,3 +253,50 @@ async def test_truncated_passthrough_body_is_not_passed_off_as_whole(start_sidec
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_stream_cut_before_its_last_event_ends_with_an_error_event(start_sidecar):
+    """The upstream closes after a held tool call began: no partial call, an SDK error."""
+    from aiohttp import web
+
+    events = [
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_cut", "type": "message", "role": "assistant", "model": "m", "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "t", "input": {}}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "input_json_delta", "partial_json": "{\"a\": 1}"}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+    ]
+
+    async def cut(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for name, data in events:
+            await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        await response.write_eof()  # no message_delta, no message_stop
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/messages", cut)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        sidecar = await start_sidecar(anthropic_upstream=f"http://127.0.0.1:{port}")
+        seen: list[str] = []
+        async with anthropic_client(sidecar.proxy_url) as client:
+            with pytest.raises(anthropic.APIStatusError) as raised:
+                async with client.messages.stream(
+                    model="m", max_tokens=16, messages=[{"role": "user", "content": "x"}],
+                    tools=[{"name": "t", "input_schema": {"type": "object"}}],
+                ) as stream:
+                    async for event in stream:
+                        seen.append(event.type)
+        assert "before its last event" in str(raised.value)
+        assert seen == ["message_start"]  # the held call never reached the agent
+    finally:
+        await runner.cleanup()
