@@ -334,6 +334,15 @@ class CompiledSchema:
         problem = f"{msg.render(actual)} does not match any of the allowed shapes"
         return [FieldError(where, problem, "one of: " + expected, "other")]
 
+    def expected_at(
+        self, pointer: JsonPointer, evaluation: tuple[str | int, ...] | None = None
+    ) -> str:
+        """The `expected` text the model receives for a value failing at schema location
+        `pointer`, reached through `evaluation` (the keyword path, via `$ref`s; default: the
+        pointer itself). Public so `sidecar schemas lint` shows the lockdown's own wording."""
+        site = pointer if evaluation is None else evaluation
+        return self._expected(pointer, pointer_get(self.root, pointer), (*site, "type"))
+
     # -- compile-time maps, memoised on first use -------------------------------------------
 
     def _expected(self, pointer: JsonPointer, node: Any, evaluation: tuple[str | int, ...]) -> str:
