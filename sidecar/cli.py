@@ -17,10 +17,11 @@ Registrar = Callable[[Any], Any]
 
 def _registrars() -> list[Registrar]:
     from sidecar.policy.cli import register as policy
+    from sidecar.schemas.cli import register as schemas
     from sidecar.telemetry.rejections_cli import register as rejections
     from sidecar.telemetry.status_cli import register as status
 
-    registrars: list[Registrar] = [policy, rejections, status]
+    registrars: list[Registrar] = [policy, rejections, schemas, status]
     for module in ("sidecar.admin.cli",):
         try:
             registrars.append(__import__(module, fromlist=["register"]).register)
