@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import IO, Any
 
 import orjson
@@ -196,7 +197,7 @@ def cmd_check(args: argparse.Namespace, out: IO[str] | None = None, err: IO[str]
     raw = args.args
     if raw.startswith("@"):
         try:
-            raw = sys.stdin.read() if raw == "@-" else open(raw[1:], encoding="utf-8").read()  # noqa: SIM115
+            raw = sys.stdin.read() if raw == "@-" else Path(raw[1:]).read_text(encoding="utf-8")
         except OSError as exc:
             print(f"error: cannot read {raw[1:]}: {exc.strerror or exc}", file=err)
             return 2
