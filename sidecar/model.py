@@ -30,7 +30,8 @@ def canonical_json(value: Any) -> bytes:
 
 def _normalise_numbers(value: Any) -> Any:
     if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer():
+        # Only integers orjson can write (64 bits): 1e20 stays a float rather than failing.
+        if math.isfinite(value) and value.is_integer() and -(2**63) <= value < 2**64:
             return int(value)
         return value
     if isinstance(value, dict):

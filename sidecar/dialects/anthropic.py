@@ -19,6 +19,9 @@ from sidecar.dialects.base import (
     Reply,
     StreamAssembler,
     TailState,
+    as_dict,
+    as_index,
+    as_list,
     compact,
     event_json,
     parse_arguments,
@@ -96,7 +99,7 @@ class AnthropicDialect(Dialect):
         metadata = body.get("metadata")
         if isinstance(metadata, dict) and metadata.get("user_id"):
             view.session_hint = str(metadata["user_id"])
-        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        messages = [m for m in as_list(body.get("messages")) if isinstance(m, dict)]
         first_user = next((m for m in messages if m.get("role") == "user"), {})
         view.session_seed = _text_of(body.get("system")) + "\x00" + _text_of(first_user.get("content"))
         for message in messages:
@@ -130,7 +133,8 @@ class AnthropicDialect(Dialect):
         return None
 
     def forced_tool(self, choice: Any) -> str | None:
-        return choice.get("name") if isinstance(choice, dict) and choice.get("type") == "tool" else None
+        name = choice.get("name") if isinstance(choice, dict) and choice.get("type") == "tool" else None
+        return name if isinstance(name, str) else None
 
     def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
         return tool.get("input_schema"), tool.get("description")
@@ -143,7 +147,7 @@ class AnthropicDialect(Dialect):
             for call, payload in outputs
         ]
         messages = [
-            *request.get("messages", []),
+            *as_list(request.get("messages")),
             {"role": "assistant", "content": [item.wire for item in reply.items]},
             {"role": "user", "content": results},
         ]
@@ -154,7 +158,7 @@ class AnthropicDialect(Dialect):
         envelope["content"] = []
         items: list[Item] = []
         ordinal = 0
-        for block in body.get("content") or []:
+        for block in as_list(body.get("content")):
             if not isinstance(block, dict):
                 continue
             kind = _kind(block)
@@ -245,12 +249,12 @@ class _AnthropicStream(StreamAssembler):
         if not isinstance(data, dict):
             return None, False
         if kind == "message_start":
-            self.envelope = copy.deepcopy(data.get("message") or {})
+            self.envelope = copy.deepcopy(as_dict(data.get("message")))
             self.envelope["content"] = []
         elif kind == "content_block_start":
-            block = dict(data.get("content_block") or {})
+            block = dict(as_dict(data.get("content_block")))
             position = len(self.items)
-            self._positions[int(data.get("index", position))] = position
+            self._positions[as_index(data.get("index"), position)] = position
             item = Item(_kind(block), block)
             if item.kind is ItemKind.CALL:
                 item.call = ToolCall(str(block.get("id", "")), str(block.get("name", "")), None, "", self._ordinal)
@@ -258,15 +262,16 @@ class _AnthropicStream(StreamAssembler):
             self.items.append(item)
             return position, item.kind is ItemKind.CALL
         elif kind in ("content_block_delta", "content_block_stop"):
-            found = self._positions.get(int(data.get("index", -1)))
+            found = self._positions.get(as_index(data.get("index")))
             if found is not None and kind == "content_block_delta":
-                self._delta(found, data.get("delta") or {})
+                self._delta(found, as_dict(data.get("delta")))
             elif found is not None:
                 self._stop(found)
             return found, False
         elif kind == "message_delta":
-            self.envelope.update(data.get("delta") or {})
-            self.envelope.setdefault("usage", {}).update(data.get("usage") or {})
+            self.envelope.update(as_dict(data.get("delta")))
+            usage = as_dict(self.envelope.get("usage"))
+            self.envelope["usage"] = {**usage, **as_dict(data.get("usage"))}
         elif kind == "message_stop":
             self.finished = True
         return None, False
@@ -275,15 +280,15 @@ class _AnthropicStream(StreamAssembler):
         block = self.items[position].wire
         kind = delta.get("type")
         if kind == "text_delta":
-            block["text"] = block.get("text", "") + str(delta.get("text", ""))
+            block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
         elif kind == "input_json_delta":
             self._partials.setdefault(position, []).append(str(delta.get("partial_json", "")))
         elif kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+            block["thinking"] = str(block.get("thinking", "")) + str(delta.get("thinking", ""))
         elif kind == "signature_delta":
             block["signature"] = delta.get("signature", "")
         elif kind == "citations_delta":
-            block.setdefault("citations", []).append(delta.get("citation"))
+            block["citations"] = [*as_list(block.get("citations")), delta.get("citation")]
 
     def _stop(self, position: int) -> None:
         self._stopped.add(position)

@@ -56,12 +56,83 @@ class Reply:
         return None
 
 
+# orjson writes at most this many nested arrays/objects; deeper values could be read but never
+# written back (a repair round, a rewritten reply), so `loads` refuses them.
+MAX_DEPTH = 254
+
+
+class TooDeep(ValueError):
+    """Valid JSON nested deeper than the sidecar can write back (MAX_DEPTH)."""
+
+
 def loads(data: bytes | str) -> Any:
-    """orjson first; stdlib as a fallback for what orjson refuses (e.g. 1e400 → inf)."""
+    """orjson first; stdlib as a fallback for what orjson refuses (e.g. NaN, 1e400 → inf).
+
+    Every value returned can be written back with orjson: the fallback turns integers beyond
+    64 bits into floats (as orjson reads them) and lone surrogates into U+FFFD. Raises
+    ValueError for what is not JSON, TooDeep for nesting beyond MAX_DEPTH.
+    """
     try:
-        return orjson.loads(data)
+        value = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data)
+        try:
+            value = json.loads(data, parse_int=_int)
+        except RecursionError as exc:
+            raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
+        return _writable(value, 0)
+    # A body with few brackets cannot nest deeply: only the rare big one pays for the check.
+    if isinstance(data, bytes):
+        brackets = data.count(b"[") + data.count(b"{")
+    else:
+        brackets = data.count("[") + data.count("{")
+    if brackets > MAX_DEPTH:
+        try:
+            orjson.dumps(value)
+        except orjson.JSONEncodeError as exc:
+            raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
+    return value
+
+
+def _int(text: str) -> int | float:
+    number = int(text)
+    return number if -(2**63) <= number < 2**64 else float(text)
+
+
+def _writable(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return _no_lone_surrogates(value)
+    if isinstance(value, (dict, list)) and depth >= MAX_DEPTH:
+        raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        return {_no_lone_surrogates(k): _writable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_writable(v, depth + 1) for v in value]
+    return value
+
+
+def _no_lone_surrogates(text: str) -> str:
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def as_list(value: Any) -> list[Any]:
+    """A wire field that should be an array: anything else reads as empty."""
+    return value if isinstance(value, list) else []
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """A wire field that should be an object: anything else reads as empty."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_index(value: Any, default: int = -1) -> int:
+    """A wire `index`: an integer, else `default` (never raises on strings, floats or null)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def parse_arguments(raw: str | None) -> tuple[dict[str, Any] | None, str | None]:
@@ -189,7 +260,7 @@ class Dialect(ABC):
 
     def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
         declared: dict[str, ToolDeclaration] = {}
-        for tool in body.get("tools") or []:
+        for tool in as_list(body.get("tools")):
             name = self.client_tool_name(tool)
             if name is not None:
                 schema, description = self.tool_spec(tool)
@@ -198,7 +269,7 @@ class Dialect(ABC):
 
     def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
         """Remove tools the model may not see; a `tool_choice` that needs them goes too."""
-        tools = [t for t in body.get("tools") or [] if self.client_tool_name(t) not in hidden]
+        tools = [t for t in as_list(body.get("tools")) if self.client_tool_name(t) not in hidden]
         out = {**body, "tools": tools}
         if not tools:
             for key in ("tools", "tool_choice", "parallel_tool_calls"):

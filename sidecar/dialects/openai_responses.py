@@ -19,6 +19,9 @@ from sidecar.dialects.base import (
     Reply,
     StreamAssembler,
     TailState,
+    as_dict,
+    as_index,
+    as_list,
     compact,
     event_json,
     parse_arguments,
@@ -73,13 +76,14 @@ class OpenAIResponsesDialect(Dialect):
         view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
         view.declarations = self.declarations(body)
         view.session_hint = body.get("prompt_cache_key") or body.get("user") or None
-        view.previous_response_id = body.get("previous_response_id")
+        previous = body.get("previous_response_id")
+        view.previous_response_id = previous if isinstance(previous, str) else None
         view.store = body.get("store", True) is not False
         items = body.get("input")
         if isinstance(items, str):
             view.session_seed = str(body.get("instructions") or "") + "\x00" + items
             return view
-        items = [i for i in items or [] if isinstance(i, dict)]
+        items = [i for i in as_list(items) if isinstance(i, dict)]
         first_user: dict[str, Any] = next((i for i in items if i.get("role") == "user"), {})
         view.session_seed = str(body.get("instructions") or "") + "\x00" + content_text(first_user.get("content"))
         for item in items:
@@ -87,7 +91,7 @@ class OpenAIResponsesDialect(Dialect):
             if kind == "function_call_output":
                 output = item.get("output", "")
                 view.results.append(ToolResult(str(item.get("call_id")), output, False, None, result_size(output)))
-            elif kind in _MODEL_ITEMS or item.get("role") == "assistant":
+            elif (isinstance(kind, str) and kind in _MODEL_ITEMS) or item.get("role") == "assistant":
                 view.results = []
                 if kind == "function_call":
                     view.echoed_calls.append(
@@ -101,7 +105,8 @@ class OpenAIResponsesDialect(Dialect):
         return None
 
     def forced_tool(self, choice: Any) -> str | None:
-        return choice.get("name") if isinstance(choice, dict) and choice.get("type") == "function" else None
+        name = choice.get("name") if isinstance(choice, dict) and choice.get("type") == "function" else None
+        return name if isinstance(name, str) else None
 
     def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
         return tool.get("parameters"), tool.get("description")
@@ -121,13 +126,13 @@ class OpenAIResponsesDialect(Dialect):
             body["input"] = answers
             return body
         previous = request.get("input")
-        history = [{"role": "user", "content": previous}] if isinstance(previous, str) else list(previous or [])
+        history = [{"role": "user", "content": previous}] if isinstance(previous, str) else as_list(previous)
         body["input"] = [*history, *(item.wire for item in reply.items), *answers]
         return body
 
     def add_withheld_outputs(self, body: dict[str, Any], outputs: dict[str, str]) -> dict[str, Any]:
         items = body.get("input")
-        items = [{"role": "user", "content": items}] if isinstance(items, str) else list(items or [])
+        items = [{"role": "user", "content": items}] if isinstance(items, str) else as_list(items)
         answered = {i.get("call_id") for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"}
         extra = [
             {"type": "function_call_output", "call_id": call_id, "output": output}
@@ -139,7 +144,7 @@ class OpenAIResponsesDialect(Dialect):
     def read_reply(self, body: dict[str, Any]) -> Reply:
         envelope = dict(body)
         envelope["output"] = []
-        return Reply(envelope, _items(body.get("output") or []))
+        return Reply(envelope, _items(as_list(body.get("output"))))
 
     def write_reply(self, reply: Reply) -> dict[str, Any]:
         body = dict(reply.envelope)
@@ -194,7 +199,8 @@ class OpenAIResponsesDialect(Dialect):
         elif wire.get("type") == "message":
             events = [{"type": "response.output_item.added", **base,
                        "item": {**wire, "status": "in_progress", "content": []}}]
-            for index, part in enumerate(wire.get("content") or []):
+            parts = [part for part in as_list(wire.get("content")) if isinstance(part, dict)]
+            for index, part in enumerate(parts):
                 where = {"item_id": item_id, **base, "content_index": index}
                 text = str(part.get("text", ""))
                 events += [
@@ -228,13 +234,15 @@ class _ResponsesStream(StreamAssembler):
         if not isinstance(data, dict):
             return None, False
         kind = data.get("type") or event.event
+        if not isinstance(kind, str):
+            return None, False
         self._sequence = data.get("sequence_number") if isinstance(data.get("sequence_number"), int) else None
         if kind == "error":
             self.error = event
             return None, False
         if kind in ("response.created", "response.in_progress") or kind in _TERMINAL:
-            response = dict(data.get("response") or {})
-            final_output = response.get("output") or []
+            response = dict(as_dict(data.get("response")))
+            final_output = as_list(response.get("output"))
             response["output"] = []
             self.envelope = response
             if kind in _TERMINAL:
@@ -243,9 +251,9 @@ class _ResponsesStream(StreamAssembler):
             return None, False
         if "output_index" not in data:
             return None, False
-        index = int(data["output_index"])
+        index = as_index(data["output_index"])
         if kind == "response.output_item.added":
-            wire = dict(data.get("item") or {})
+            wire = dict(as_dict(data.get("item")))
             position = len(self.items)
             self._positions[index] = position
             item_kind = _kind(wire)
@@ -258,7 +266,7 @@ class _ResponsesStream(StreamAssembler):
         if kind == "response.function_call_arguments.delta":
             item.wire["arguments"] = str(item.wire.get("arguments", "")) + str(data.get("delta", ""))
         elif kind == "response.output_item.done":
-            item.wire = dict(data.get("item") or item.wire)
+            item.wire = dict(as_dict(data.get("item")) or item.wire)
         return found, False
 
     def _adopt_final(self, output: list[Any]) -> None:
