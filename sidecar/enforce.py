@@ -34,7 +34,7 @@ class RepairFailed(Exception):
 @dataclass(slots=True)
 class Settlement:
     reply: Reply
-    changed: bool
+    changed: bool  # the agent gets the reply as written back, not the upstream's bytes
     rounds: int = 0
     delivered: list[ToolCall] = field(default_factory=list)
 
@@ -83,12 +83,12 @@ class Enforcer:
 
     async def settle(self, exchange: Exchange, reply: Reply, cut: int | None) -> Settlement:
         if not reply.calls or cut is None:
-            return Settlement(reply, False)
+            return Settlement(reply, reply.rewritten)
         checks = await self.guards.check(exchange, reply.calls)
         plan = self._plan(checks)
         if plan == "pass":
             await self.addons.checked(exchange, checks)
-            return Settlement(reply, False, delivered=reply.calls)
+            return Settlement(reply, reply.rewritten, delivered=reply.calls)
         if plan == "block":
             final = await self._block(exchange, reply, checks)
             return Settlement(final, True)

@@ -43,6 +43,8 @@ class Reply:
     envelope: dict[str, Any]
     items: list[Item]
     complete: bool = True
+    # The dialect edited the envelope while reading it: the upstream bytes may not pass as-is.
+    rewritten: bool = False
 
     @property
     def calls(self) -> list[ToolCall]:

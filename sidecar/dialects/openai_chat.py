@@ -1,11 +1,20 @@
 """OpenAI Chat Completions (`POST /v1/chat/completions`).
 
 Items of choice 0: the message text first (always present, possibly empty), then one item per
-tool call. `tool_calls[].index` counts calls only. Other choices pass untouched.
+tool call. `tool_calls[].index` counts calls only.
+
+Choices ≥ 1 (`n > 1`): a repair round continues one conversation, so only choice 0 gets
+the guards and repair rounds. The tool calls of the other choices are removed, never checked:
+`finish_reason` "tool_calls" becomes "stop" and the content ends with `OTHER_CHOICE_NOTE`.
+Their text passes; in a stream their tool-call fragments are cut out of the chunks (a chunk
+left empty is dropped) and their finish chunk carries the note. Replies without such calls
+pass byte for byte. Repair rounds ask for one choice and are spliced into choice 0 only.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -17,12 +26,20 @@ from sidecar.dialects.base import (
     Reply,
     StreamAssembler,
     TailState,
+    as_dict,
+    as_index,
+    as_list,
     compact,
     event_json,
     parse_arguments,
 )
 from sidecar.dialects.sse import SSEEvent, format_event
 from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolResult
+from sidecar.telemetry.logs import log_event
+
+log = logging.getLogger("sidecar.dialects.openai_chat")
+
+OTHER_CHOICE_NOTE = "[sidecar] tool calls are checked in the first choice only; request n=1 for tool use"
 
 OPENAI_ERROR_TYPES = {
     400: "invalid_request_error",
@@ -64,6 +81,23 @@ def _call(wire: dict[str, Any], ordinal: int) -> ToolCall:
     raw = raw if isinstance(raw, str) else ("" if raw is None else compact(raw))
     arguments, error = parse_arguments(raw)
     return ToolCall(str(wire.get("id", "")), str(function.get("name", "")), arguments, raw, ordinal, error)
+
+
+def _with_note(text: Any) -> str:
+    return f"{text}\n\n{OTHER_CHOICE_NOTE}" if isinstance(text, str) and text else OTHER_CHOICE_NOTE
+
+
+def _without_calls(choice: Any) -> tuple[Any, int]:
+    """A non-streamed choice ≥ 1 with its tool calls removed and explained, and how many."""
+    message = as_dict(as_dict(choice).get("message"))
+    calls = message.get("tool_calls")
+    if not calls:
+        return choice, 0
+    message = {k: v for k, v in message.items() if k != "tool_calls"}
+    message["content"] = _with_note(message.get("content"))
+    finish = choice.get("finish_reason")
+    stripped = {**choice, "message": message, "finish_reason": "stop" if finish == "tool_calls" else finish}
+    return stripped, len(calls) if isinstance(calls, list) else 1
 
 
 def _finish_reason(reply: Reply, original: Any) -> Any:
@@ -126,8 +160,17 @@ class OpenAIChatDialect(Dialect):
         ]
         body = {**request, "messages": [*request.get("messages", []), assistant, *tool_messages]}
         body.pop("stream_options", None)
+        body.pop("n", None)  # the round continues choice 0 only (see merge_envelopes)
         body["stream"] = False
         return body
+
+    def merge_envelopes(self, first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
+        """Choice 0 from the last repair round; the other choices as first sampled."""
+        envelope = super().merge_envelopes(first, last)
+        others = as_list(first.get("choices"))[1:]
+        if others:
+            envelope["choices"] = [*as_list(last.get("choices"))[:1], *others]
+        return envelope
 
     def read_reply(self, body: dict[str, Any]) -> Reply:
         envelope = dict(body)
@@ -137,7 +180,13 @@ class OpenAIChatDialect(Dialect):
         items = [self.text_item(content if isinstance(content, str) else "")]
         for ordinal, wire in enumerate(message.get("tool_calls") or []):
             items.append(Item(ItemKind.CALL, wire, _call(wire, ordinal)))
-        return Reply(envelope, items)
+        stripped = [_without_calls(choice) for choice in choices[1:]]
+        removed = sum(count for _, count in stripped)
+        if removed:
+            envelope["choices"] = [choices[0], *(choice for choice, _ in stripped)]
+            chosen = [position for position, (_, count) in enumerate(stripped, 1) if count]
+            log_event("choice_calls_removed", log=log, choices=chosen, calls=removed, stream=False)
+        return Reply(envelope, items, rewritten=bool(removed))
 
     def write_reply(self, reply: Reply) -> dict[str, Any]:
         body = dict(reply.envelope)
@@ -200,7 +249,9 @@ class OpenAIChatDialect(Dialect):
         if reply.items and reply.items[0].kind is ItemKind.TEXT and start > 0:
             rest = str(reply.items[0].wire.get("text", ""))[tail.forwarded_text :]
             head = self._chunk(tail, {"content": rest}) if rest else b""
-        return head + super().render_tail(reply, start, tail)
+        # The other choices' held chunks (already screened) are not part of the repair.
+        others = b"".join(tail.others) if isinstance(tail, _ChatTail) else b""
+        return head + others + super().render_tail(reply, start, tail)
 
     def render_end(self, reply: Reply, tail: TailState) -> bytes:
         env = reply.envelope
@@ -215,16 +266,28 @@ class OpenAIChatDialect(Dialect):
         return out + _DONE
 
 
+@dataclass(slots=True)
+class _ChatTail(TailState):
+    # Held chunks of choices ≥ 1, re-sent when choice 0's held part is re-rendered.
+    others: list[bytes] = field(default_factory=list)
+
+
 class _ChatStream(StreamAssembler):
-    """Assembles choice 0; the envelope mimics a non-streaming completion."""
+    """Assembles choice 0; the envelope mimics a non-streaming completion.
+
+    Chunks of other choices are screened as they pass (see the module docstring)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.tail: _ChatTail = _ChatTail()
         self.items.append(Item(ItemKind.TEXT, {"type": "text", "text": ""}))
         self._calls: dict[int, Item] = {}
         self._partials: dict[int, list[str]] = {}
         self._finish: Any = None
         self._last: dict[str, Any] = {}
+        self._removed: dict[Any, set[Any]] = {}  # choice index → tool-call indexes cut out
+        self._other_text: set[Any] = set()  # choices ≥ 1 whose text has begun
+        self._logged = False
 
     def apply(self, event: SSEEvent) -> tuple[int | None, bool]:
         if event.data.startswith("[DONE]"):
@@ -248,6 +311,7 @@ class _ChatStream(StreamAssembler):
                 self.envelope["usage"] = data["usage"]
         first_position: int | None = None
         started = False
+        others = self._screen(event, data)
         for choice in data.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue
@@ -263,7 +327,48 @@ class _ChatStream(StreamAssembler):
                 started = started or new
             if choice.get("finish_reason") is not None:
                 self._finish = choice["finish_reason"]
+        if others and (self.holding or started):
+            self.tail.others.append(format_event(orjson.dumps({**data, "choices": others})))
         return first_position, started
+
+    def _screen(self, event: SSEEvent, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """Cut the tool calls of choices ≥ 1 out of the event, in place (an event left with
+        nothing is emptied, so nothing is written). Returns the screened choices ≥ 1."""
+        kept: list[Any] = []
+        others: list[dict[str, Any]] = []
+        edited = False
+        for choice in as_list(data.get("choices")):
+            index = choice.get("index", 0) if isinstance(choice, dict) else 0
+            if index == 0:
+                kept.append(choice)
+                continue
+            delta = as_dict(choice.get("delta"))
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                self._other_text.add(index)
+            fragments = delta.get("tool_calls")
+            finish = choice.get("finish_reason")
+            if not fragments and (finish is None or index not in self._removed):
+                kept.append(choice)
+                others.append(choice)
+                continue
+            edited = True
+            delta = {k: v for k, v in delta.items() if k != "tool_calls"}
+            if fragments:
+                cut = self._removed.setdefault(index, set())
+                cut.update(as_index(as_dict(f).get("index")) for f in as_list(fragments))
+            if finish is not None:
+                delta["content"] = (delta.get("content") or "") + (
+                    "\n\n" + OTHER_CHOICE_NOTE if index in self._other_text else OTHER_CHOICE_NOTE
+                )
+                finish = "stop" if finish == "tool_calls" else finish
+            if delta or finish is not None:
+                screened = {**choice, "delta": delta, "finish_reason": finish}
+                kept.append(screened)
+                others.append(screened)
+        if edited:
+            event.data = orjson.dumps({**data, "choices": kept}).decode() if kept else ""
+            event.raw = format_event(event.data) if kept else b""
+        return others
 
     def _fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
         key = int(fragment.get("index", len(self._calls)))
@@ -297,6 +402,10 @@ class _ChatStream(StreamAssembler):
         self._last = {}
 
     def finalize(self) -> None:
+        if self._removed and not self._logged:
+            self._logged = True
+            count = sum(len(cut) for cut in self._removed.values())
+            log_event("choice_calls_removed", log=log, choices=list(self._removed), calls=count, stream=True)
         calls = [self._calls[k] for k in sorted(self._calls)]
         for ordinal, item in enumerate(calls):
             raw = "".join(self._partials.get(self._key(item), []))
