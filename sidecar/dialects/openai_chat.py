@@ -76,7 +76,7 @@ def result_size(content: Any) -> int:
 
 
 def _call(wire: dict[str, Any], ordinal: int) -> ToolCall:
-    function = wire.get("function") or {}
+    function = as_dict(wire.get("function"))
     raw = function.get("arguments")
     raw = raw if isinstance(raw, str) else ("" if raw is None else compact(raw))
     arguments, error = parse_arguments(raw)
@@ -115,7 +115,7 @@ class OpenAIChatDialect(Dialect):
         view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
         view.declarations = self.declarations(body)
         view.session_hint = body.get("user") or body.get("prompt_cache_key") or None
-        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        messages = [m for m in as_list(body.get("messages")) if isinstance(m, dict)]
         system = next((m for m in messages if m.get("role") in ("system", "developer")), {})
         first_user = next((m for m in messages if m.get("role") == "user"), {})
         view.session_seed = content_text(system.get("content")) + "\x00" + content_text(first_user.get("content"))
@@ -123,8 +123,9 @@ class OpenAIChatDialect(Dialect):
             role = message.get("role")
             if role == "assistant":
                 view.results = []
-                for wire in message.get("tool_calls") or []:
-                    function = wire.get("function") or {}
+                for wire in as_list(message.get("tool_calls")):
+                    function = as_dict(as_dict(wire).get("function"))
+                    wire = as_dict(wire)
                     view.echoed_calls.append(
                         EchoedCall(str(wire.get("id")), str(function.get("name")), function.get("arguments"))
                     )
@@ -140,7 +141,8 @@ class OpenAIChatDialect(Dialect):
 
     def forced_tool(self, choice: Any) -> str | None:
         function = choice.get("function") if isinstance(choice, dict) else None
-        return function.get("name") if isinstance(function, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        return name if isinstance(name, str) else None
 
     def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
         function = tool["function"]
@@ -158,7 +160,7 @@ class OpenAIChatDialect(Dialect):
         tool_messages = [
             {"role": "tool", "tool_call_id": call.id, "content": compact(payload)} for call, payload in outputs
         ]
-        body = {**request, "messages": [*request.get("messages", []), assistant, *tool_messages]}
+        body = {**request, "messages": [*as_list(request.get("messages")), assistant, *tool_messages]}
         body.pop("stream_options", None)
         body.pop("n", None)  # the round continues choice 0 only (see merge_envelopes)
         body["stream"] = False
@@ -174,11 +176,12 @@ class OpenAIChatDialect(Dialect):
 
     def read_reply(self, body: dict[str, Any]) -> Reply:
         envelope = dict(body)
-        choices = body.get("choices") or []
-        message = (choices[0].get("message") or {}) if choices else {}
+        choices = as_list(body.get("choices"))
+        message = as_dict(as_dict(choices[0]).get("message")) if choices else {}
         content = message.get("content")
         items = [self.text_item(content if isinstance(content, str) else "")]
-        for ordinal, wire in enumerate(message.get("tool_calls") or []):
+        calls = [wire for wire in as_list(message.get("tool_calls")) if isinstance(wire, dict)]
+        for ordinal, wire in enumerate(calls):
             items.append(Item(ItemKind.CALL, wire, _call(wire, ordinal)))
         stripped = [_without_calls(choice) for choice in choices[1:]]
         removed = sum(count for _, count in stripped)
@@ -190,11 +193,11 @@ class OpenAIChatDialect(Dialect):
 
     def write_reply(self, reply: Reply) -> dict[str, Any]:
         body = dict(reply.envelope)
-        choices = [dict(c) for c in body.get("choices") or []]
-        if not choices:
+        choices = [dict(c) if isinstance(c, dict) else c for c in as_list(body.get("choices"))]
+        if not choices or not isinstance(choices[0], dict):
             return body
         first = choices[0]
-        message = dict(first.get("message") or {})
+        message = dict(as_dict(first.get("message")))
         text = "".join(str(i.wire.get("text", "")) for i in reply.items if i.kind is ItemKind.TEXT)
         message["content"] = text if text or message.get("content") is not None else None
         calls = [i.wire for i in reply.items if i.kind is ItemKind.CALL]
@@ -255,8 +258,8 @@ class OpenAIChatDialect(Dialect):
 
     def render_end(self, reply: Reply, tail: TailState) -> bytes:
         env = reply.envelope
-        choices = env.get("choices") or [{}]
-        finish = _finish_reason(reply, choices[0].get("finish_reason"))
+        choices = as_list(env.get("choices")) or [{}]
+        finish = _finish_reason(reply, as_dict(choices[0]).get("finish_reason"))
         out = self._chunk(tail, {}, finish)
         if isinstance(env.get("usage"), dict):
             usage_chunk = {k: tail.envelope[k] for k in _ENVELOPE_KEYS if k in tail.envelope}
@@ -312,15 +315,17 @@ class _ChatStream(StreamAssembler):
         first_position: int | None = None
         started = False
         others = self._screen(event, data)
-        for choice in data.get("choices") or []:
-            if choice.get("index", 0) != 0:
+        for choice in as_list(data.get("choices")):
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
+            delta = as_dict(choice.get("delta"))
             if isinstance(delta.get("content"), str):
                 text = self.items[0].wire
                 text["text"] += delta["content"]
                 first_position = 0 if first_position is None else first_position
-            for fragment in delta.get("tool_calls") or []:
+            for fragment in as_list(delta.get("tool_calls")):
+                if not isinstance(fragment, dict):
+                    continue
                 position, new = self._fragment(fragment)
                 if first_position is None or first_position == 0:
                     first_position = position
@@ -338,7 +343,7 @@ class _ChatStream(StreamAssembler):
         others: list[dict[str, Any]] = []
         edited = False
         for choice in as_list(data.get("choices")):
-            index = choice.get("index", 0) if isinstance(choice, dict) else 0
+            index = as_index(choice.get("index", 0)) if isinstance(choice, dict) else 0
             if index == 0:
                 kept.append(choice)
                 continue
@@ -371,8 +376,8 @@ class _ChatStream(StreamAssembler):
         return others
 
     def _fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
-        key = int(fragment.get("index", len(self._calls)))
-        function = fragment.get("function") or {}
+        key = as_index(fragment.get("index"), len(self._calls))
+        function = as_dict(fragment.get("function"))
         item = self._calls.get(key)
         new = item is None
         if item is None:
@@ -393,8 +398,10 @@ class _ChatStream(StreamAssembler):
         return self.items.index(item), new
 
     def observe_forwarded(self, event: SSEEvent) -> None:
-        for choice in self._last.get("choices") or []:
-            delta = choice.get("delta") or {}
+        for choice in as_list(self._last.get("choices")):
+            if not isinstance(choice, dict):
+                continue
+            delta = as_dict(choice.get("delta"))
             if choice.get("index", 0) == 0:
                 self.tail.role_sent = self.tail.role_sent or "role" in delta
                 if isinstance(delta.get("content"), str):
