@@ -22,7 +22,7 @@ from sidecar.addons import Addons
 from sidecar.config import Settings
 from sidecar.context import Exchange
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
-from sidecar.dialects.base import Dialect, Reply, loads
+from sidecar.dialects.base import MAX_DEPTH, Dialect, Reply, TooDeep, loads
 from sidecar.dialects.sse import SSEParser, format_event
 from sidecar.enforce import Enforcer, RepairFailed, Settlement
 from sidecar.identity import is_derived, session_id
@@ -70,13 +70,21 @@ class ProxyHandler:
             return self._error(error_dialect, 413, f"request body exceeds the sidecar limit of {limit} bytes")
         url = upstream_url(self.upstreams.bases[route.provider], route.path, request.rel_url.raw_query_string)
         headers = upstream_request_headers(request.headers, drop=[self.settings.session_header])
-        payload = self._json_object(body) if route.dialect is not None else None
+        try:
+            payload = self._json_object(body) if route.dialect is not None else None
+        except TooDeep:
+            # Valid JSON the sidecar could not check (nor write back): never forward it unchecked.
+            return self._error(error_dialect, 400, f"request JSON nests deeper than {MAX_DEPTH} levels")
         try:
             if route.dialect is None or payload is None:
                 return await self._passthrough(request, url, headers, body)
             return await self._exchange(request, route, route.dialect, url, headers, payload, body)
         except UpstreamError as exc:
             return self._error(error_dialect, exc.status, exc.message)
+        except Exception:
+            # Last resort (streams handle their own once started): a provider-shaped answer.
+            log.exception("sidecar failure on %s", route.path)
+            return self._error(error_dialect, 502, "the sidecar failed to process this request")
 
     async def _read_body(self, request: web.Request) -> bytes:
         limit = self.settings.max_body_bytes
@@ -93,8 +101,11 @@ class ProxyHandler:
 
     @staticmethod
     def _json_object(body: bytes) -> dict[str, Any] | None:
+        """The body as a JSON object; None for anything else. Raises TooDeep (see `loads`)."""
         try:
             value = loads(body)
+        except TooDeep:
+            raise
         except ValueError:
             return None  # not ours to judge: the provider answers malformed requests
         return value if isinstance(value, dict) else None
@@ -194,7 +205,12 @@ class ProxyHandler:
         raw = await self._timed_read(exchange, upstream)
         await self.addons.upstream(exchange, upstream.status, exchange.upstream_seconds)
         headers = downstream_response_headers(upstream.headers)
-        parsed = self._json_object(raw) if upstream.status == 200 and _is_json(content_type) else None
+        try:
+            parsed = self._json_object(raw) if upstream.status == 200 and _is_json(content_type) else None
+        except TooDeep:
+            log.warning("upstream reply nests deeper than %d levels: refused", MAX_DEPTH)
+            await self._done(exchange, 502, stream=False)
+            return self._error(exchange.dialect, 502, f"upstream reply nests deeper than {MAX_DEPTH} levels")
         if parsed is not None:
             dialect = exchange.dialect
             reply = dialect.read_reply(parsed)
@@ -215,6 +231,16 @@ class ProxyHandler:
     ) -> web.StreamResponse:
         downstream = web.StreamResponse(status=200, headers=downstream_response_headers(upstream.headers))
         await downstream.prepare(request)
+        try:
+            return await self._relay(exchange, upstream, downstream)
+        except Exception:
+            # Last resort once headers are sent: the protocol's in-stream error, not a cut.
+            log.exception("sidecar failure in a stream on %s", exchange.url.path)
+            return await self._end_with_error(exchange, downstream, 502, "the sidecar failed to process this stream")
+
+    async def _relay(
+        self, exchange: Exchange, upstream: aiohttp.ClientResponse, downstream: web.StreamResponse
+    ) -> web.StreamResponse:
         assembler = exchange.dialect.assembler()
         parser = SSEParser()
         try:
@@ -332,7 +358,10 @@ class RepairChannel:
         finally:
             exchange.upstream_seconds += time.perf_counter() - sent
         await self.addons.upstream(exchange, upstream.status, time.perf_counter() - sent)
-        parsed = ProxyHandler._json_object(raw)
+        try:
+            parsed = ProxyHandler._json_object(raw)
+        except TooDeep as exc:
+            raise RepairFailed(str(exc)) from exc
         if upstream.status != 200 or parsed is None:
             raise RepairFailed(f"upstream answered {upstream.status}: {raw[:300]!r}")
         return parsed

@@ -82,17 +82,19 @@ def loads(data: bytes | str) -> Any:
         except RecursionError as exc:
             raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
         return _writable(value, 0)
+    _check_depth(data, value)
+    return value
+
+
+def _check_depth(data: bytes | str, value: Any) -> None:
+    """Raise TooDeep if orjson could not write `value` (read from `data`) back."""
     # A body with few brackets cannot nest deeply: only the rare big one pays for the check.
-    if isinstance(data, bytes):
-        brackets = data.count(b"[") + data.count(b"{")
-    else:
-        brackets = data.count("[") + data.count("{")
-    if brackets > MAX_DEPTH:
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
         try:
             orjson.dumps(value)
         except orjson.JSONEncodeError as exc:
             raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
-    return value
 
 
 def _int(text: str) -> int | float:
@@ -145,6 +147,10 @@ def parse_arguments(raw: str | None) -> tuple[dict[str, Any] | None, str | None]
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         return None, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+    try:
+        _check_depth(raw, value)
+    except TooDeep as exc:
+        return None, str(exc)
     if not isinstance(value, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
             type(value), "a number"
