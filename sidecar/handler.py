@@ -60,9 +60,6 @@ class ProxyHandler:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         route = resolve(request.method, request.rel_url.raw_path, request.headers)
         error_dialect = route.dialect or (ANTHROPIC if route.provider is Provider.ANTHROPIC else OPENAI_CHAT)
-        if route.dialect is not None and request.headers.get("Content-Encoding", "identity").lower() != "identity":
-            # A body the sidecar cannot read would reach the model unchecked.
-            return self._error(error_dialect, 415, "compressed request bodies are not accepted on model endpoints")
         try:
             body = await self._read_body(request)
         except BodyTooLarge:

@@ -13,7 +13,9 @@ HOP_BY_HOP = frozenset({
 # Every Proxy-* header concerns one hop (Proxy-Authorization, Proxy-Connection, vendor ones).
 HOP_BY_HOP_PREFIX = "proxy-"
 # Set by the sidecar itself on each side of the hop.
-_REQUEST_OWN = frozenset({"host", "content-length", "accept-encoding"})
+# aiohttp decodes compressed request bodies as it reads them: what goes upstream is plain,
+# so a Content-Encoding from the agent would be a lie.
+_REQUEST_OWN = frozenset({"host", "content-length", "accept-encoding", "content-encoding"})
 _RESPONSE_OWN = frozenset({"content-length", "content-encoding"})
 SECRET_HEADERS = frozenset({
     "authorization", "x-api-key", "api-key", "proxy-authorization", "cookie", "set-cookie",

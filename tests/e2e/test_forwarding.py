@@ -421,17 +421,22 @@ async def test_body_limit_on_the_wire(model, start_sidecar, chunked):
     assert model.requests[0].body == padded(2048)
 
 
-async def test_compressed_request_body_on_a_model_endpoint(model, sidecar):
-    """A model request the sidecar cannot read would reach the model unchecked: it is refused."""
-    body = gzip.compress(orjson.dumps(MESSAGES_BODY))
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+async def test_compressed_request_bodies_are_read_and_forwarded_plain(model, sidecar, path):
+    """A gzip request body is decoded on arrival: model requests are checked like any other,
+    and what goes upstream is the plain body without a stale Content-Encoding."""
+    plain = orjson.dumps({**MESSAGES_BODY, "tools": [WEATHER_TOOL_ANTHROPIC]})
     headers = {**ANTHROPIC_HEADERS, "content-type": "application/json", "content-encoding": "gzip"}
-    model.add_turns(Turn(tool_calls=[BAD_DAYS]))
+    model.add_turns([Turn(tool_calls=[BAD_DAYS]), Turn(text="repaired")])
     async with aiohttp.ClientSession() as session, session.post(
-        sidecar.proxy_url + "/v1/messages", data=body, headers=headers
+        sidecar.proxy_url + path, data=gzip.compress(plain), headers=headers
     ) as response:
-        assert response.status == 415
-        assert (await response.json())["type"] == "error"
-    assert model.requests == []
+        assert response.status == 200
+    first = model.requests[0]
+    assert first.body == plain
+    assert "content-encoding" not in first.headers
+    if path == "/v1/messages":  # the refused call was repaired: the sidecar read the body
+        assert len(model.model_requests) == 2
 
 
 # -- 5. compressed upstream bodies -----------------------------------------------------------

@@ -82,3 +82,10 @@ def test_loggable_redacts_every_secret():
     for secret in ("sk-ant-secret", "sk-openai-secret", "org-123", "proj_456", "Basic x", "s=1"):
         assert secret not in text
     assert shown["anthropic-version"] == "2023-06-01"
+
+
+def test_request_content_encoding_is_not_forwarded():
+    """aiohttp hands the handler a decoded body: the upstream must not be told it is gzip."""
+    out = upstream_request_headers(_headers(("Content-Encoding", "gzip"), ("Content-Type", "application/json")))
+    assert "content-encoding" not in _names(out)
+    assert out["Content-Type"] == "application/json"
