@@ -9,10 +9,22 @@ the guards and repair rounds. The tool calls of the other choices are removed, n
 Their text passes; in a stream their tool-call fragments are cut out of the chunks (a chunk
 left empty is dropped) and their finish chunk carries the note. Replies without such calls
 pass byte for byte. Repair rounds ask for one choice and are spliced into choice 0 only.
+
+Legacy function calling (`functions` / `function_call`, deprecated but still accepted) is the
+same mechanism with other data: a `message.function_call` (or `delta.function_call` fragments)
+is one more CALL item, whose wire is `{"function_call": {name, arguments}}` (the message field
+itself), written back in that shape with `finish_reason` "function_call". The wire carries no
+call id, so one is synthesized from the response id (`legacy_call_id`): unique per response, so
+replay detection and the ledgers keep working. A repair round answers it the legacy way, with
+a `{"role": "function", "name": …}` message. In the agent's history, the same missing id means
+a `role: "function"` result is matched by name to the latest legacy call (`legacy_history_id`);
+those history ids cannot equal the ids given at delivery, so the ledger sees such results as
+unknown calls to this process (no tool latency), never as errors.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +46,7 @@ from sidecar.dialects.base import (
     parse_arguments,
 )
 from sidecar.dialects.sse import SSEEvent, format_event
-from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolResult
+from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolDeclaration, ToolResult
 from sidecar.telemetry.logs import log_event
 
 log = logging.getLogger("sidecar.dialects.openai_chat")
@@ -53,6 +65,8 @@ OPENAI_ERROR_TYPES = {
 }
 
 _DONE = b"data: [DONE]\n\n"
+LEGACY = "function_call"  # the message/delta field, the finish reason, the call id prefix
+_CALL_FINISHES = ("tool_calls", LEGACY)
 _ENVELOPE_KEYS = ("id", "object", "created", "model", "service_tier", "system_fingerprint")
 
 
@@ -75,12 +89,59 @@ def result_size(content: Any) -> int:
     return len(content.encode()) if isinstance(content, str) else len(orjson.dumps(content))
 
 
-def _call(wire: dict[str, Any], ordinal: int) -> ToolCall:
-    function = as_dict(wire.get("function"))
+def _call(wire: dict[str, Any], ordinal: int, envelope: dict[str, Any] | None = None) -> ToolCall:
+    """The ToolCall of a CALL item's wire: a `tool_calls` entry, or a legacy `function_call`
+    (which has no id on the wire: `legacy_call_id` gives it one from the response)."""
+    legacy = _legacy(wire)
+    function = legacy if legacy is not None else as_dict(wire.get("function"))
     raw = function.get("arguments")
     raw = raw if isinstance(raw, str) else ("" if raw is None else compact(raw))
     arguments, error = parse_arguments(raw)
-    return ToolCall(str(wire.get("id", "")), str(function.get("name", "")), arguments, raw, ordinal, error)
+    call_id = legacy_call_id(envelope or {}, function) if legacy is not None else str(wire.get("id", ""))
+    return ToolCall(call_id, str(function.get("name", "")), arguments, raw, ordinal, error)
+
+
+def _legacy(wire: dict[str, Any]) -> dict[str, Any] | None:
+    """The `{name, arguments}` of a legacy call item's wire; None for a `tool_calls` entry."""
+    function = wire.get(LEGACY)
+    return function if isinstance(function, dict) and len(wire) == 1 else None
+
+
+def legacy_call_id(envelope: dict[str, Any], function: dict[str, Any]) -> str:
+    """The id of a legacy call, which the wire lacks: `function_call:<response id>` (one such
+    call per response). Without a response id (some compatible servers), a hash of the
+    response's time, model and the call, so two calls made at different times still differ."""
+    response_id = envelope.get("id")
+    if isinstance(response_id, str) and response_id:
+        return f"{LEGACY}:{response_id}"
+    seed = [envelope.get("created"), envelope.get("model"), function.get("name"), function.get("arguments")]
+    return f"{LEGACY}:" + hashlib.sha256(orjson.dumps(seed, default=str)).hexdigest()[:24]
+
+
+def legacy_history_id(position: int) -> str:
+    """The id of a legacy call in the agent's history (message `position`): results of
+    `role: "function"` are matched by name to the latest such call and take its id."""
+    return f"{LEGACY}@{position}"
+
+
+def _function_name(function: Any) -> str | None:
+    """The name of a legacy `functions` entry (None for malformed ones)."""
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _call_fields(reply: Reply) -> dict[str, Any]:
+    """The message fields carrying a reply's calls: `tool_calls` and/or `function_call`."""
+    fields: dict[str, Any] = {}
+    for item in reply.items:
+        if item.kind is not ItemKind.CALL:
+            continue
+        legacy = _legacy(item.wire)
+        if legacy is not None:
+            fields[LEGACY] = legacy
+        else:
+            fields.setdefault("tool_calls", []).append(item.wire)
+    return fields
 
 
 def _with_note(text: Any) -> str:
@@ -91,19 +152,24 @@ def _without_calls(choice: Any) -> tuple[Any, int]:
     """A non-streamed choice ≥ 1 with its tool calls removed and explained, and how many."""
     message = as_dict(as_dict(choice).get("message"))
     calls = message.get("tool_calls")
-    if not calls:
+    legacy = message.get(LEGACY)
+    if not calls and not legacy:
         return choice, 0
-    message = {k: v for k, v in message.items() if k != "tool_calls"}
+    message = {k: v for k, v in message.items() if k not in ("tool_calls", LEGACY)}
     message["content"] = _with_note(message.get("content"))
     finish = choice.get("finish_reason")
-    stripped = {**choice, "message": message, "finish_reason": "stop" if finish == "tool_calls" else finish}
-    return stripped, len(calls) if isinstance(calls, list) else 1
+    stripped = {**choice, "message": message, "finish_reason": "stop" if finish in _CALL_FINISHES else finish}
+    count = (len(calls) if isinstance(calls, list) else 1) if calls else 0
+    return stripped, count + (1 if legacy else 0)
 
 
 def _finish_reason(reply: Reply, original: Any) -> Any:
-    if reply.calls:
-        return "tool_calls"
-    return "stop" if original == "tool_calls" else original
+    """`tool_calls`, or `function_call` when the only calls are legacy ones; without calls,
+    a finish reason that announced calls becomes `stop`."""
+    calls = [item.wire for item in reply.items if item.kind is ItemKind.CALL]
+    if calls:
+        return LEGACY if all(_legacy(wire) is not None for wire in calls) else "tool_calls"
+    return "stop" if original in _CALL_FINISHES else original
 
 
 class OpenAIChatDialect(Dialect):
@@ -119,21 +185,63 @@ class OpenAIChatDialect(Dialect):
         system = next((m for m in messages if m.get("role") in ("system", "developer")), {})
         first_user = next((m for m in messages if m.get("role") == "user"), {})
         view.session_seed = content_text(system.get("content")) + "\x00" + content_text(first_user.get("content"))
-        for message in messages:
+        latest_legacy: EchoedCall | None = None
+        for position, message in enumerate(messages):
             role = message.get("role")
             if role == "assistant":
                 view.results = []
+                latest_legacy = None
                 for wire in as_list(message.get("tool_calls")):
                     function = as_dict(as_dict(wire).get("function"))
                     wire = as_dict(wire)
                     view.echoed_calls.append(
                         EchoedCall(str(wire.get("id")), str(function.get("name")), function.get("arguments"))
                     )
+                legacy = message.get(LEGACY)
+                if isinstance(legacy, dict):
+                    name, arguments = str(legacy.get("name")), legacy.get("arguments")
+                    latest_legacy = EchoedCall(legacy_history_id(position), name, arguments)
+                    view.echoed_calls.append(latest_legacy)
             elif role == "tool":
                 content = message.get("content", "")
                 call_id = str(message.get("tool_call_id"))
                 view.results.append(ToolResult(call_id, content, False, message.get("name"), result_size(content)))
+            elif role == "function":
+                # No id on the wire: the result answers the latest legacy call of its name.
+                content = message.get("content", "")
+                named = str(message["name"]) if message.get("name") is not None else None
+                if latest_legacy is not None and latest_legacy.name == named:
+                    call_id = latest_legacy.call_id
+                else:
+                    call_id = f"function:{named}"  # answers no call: counted as an unknown one
+                view.results.append(ToolResult(call_id, content, False, named, result_size(content)))
         return view
+
+    def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
+        """`tools`, then legacy `functions` (a name declared in both keeps its tool)."""
+        declared = super().declarations(body)
+        for function in as_list(body.get("functions")):
+            name = _function_name(function)
+            if name is not None and name not in declared:
+                declared[name] = ToolDeclaration.create(
+                    name, function.get("parameters"), str(function.get("description") or "")
+                )
+        return declared
+
+    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
+        """Also for legacy `functions`: a `function_call` forcing a hidden one goes too, and
+        without any function left, `function_call` goes (the API refuses it alone)."""
+        out = super().hide_tools(body, hidden)
+        if "functions" not in body:
+            return out
+        functions = [f for f in as_list(body.get("functions")) if _function_name(f) not in hidden]
+        out["functions"] = functions
+        if not functions:
+            out.pop("functions")
+            out.pop(LEGACY, None)
+        elif _function_name(body.get(LEGACY)) in hidden:  # {"name": …} forces one
+            out.pop(LEGACY)
+        return out
 
     def client_tool_name(self, tool: Any) -> str | None:
         function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
@@ -152,13 +260,15 @@ class OpenAIChatDialect(Dialect):
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]
     ) -> dict[str, Any]:
         text = "".join(str(i.wire.get("text", "")) for i in reply.items if i.kind is ItemKind.TEXT)
-        assistant = {
-            "role": "assistant",
-            "content": text or None,
-            "tool_calls": [i.wire for i in reply.items if i.kind is ItemKind.CALL],
-        }
+        assistant: dict[str, Any] = {"role": "assistant", "content": text or None}
+        assistant.update(_call_fields(reply))
+        # A legacy call is answered by name (`role: "function"`), a tool call by its id.
+        legacy = {id(i.call) for i in reply.items if i.call is not None and _legacy(i.wire) is not None}
         tool_messages = [
-            {"role": "tool", "tool_call_id": call.id, "content": compact(payload)} for call, payload in outputs
+            {"role": "function", "name": call.name, "content": compact(payload)}
+            if id(call) in legacy
+            else {"role": "tool", "tool_call_id": call.id, "content": compact(payload)}
+            for call, payload in outputs
         ]
         body = {**request, "messages": [*as_list(request.get("messages")), assistant, *tool_messages]}
         body.pop("stream_options", None)
@@ -181,8 +291,10 @@ class OpenAIChatDialect(Dialect):
         content = message.get("content")
         items = [self.text_item(content if isinstance(content, str) else "")]
         calls = [wire for wire in as_list(message.get("tool_calls")) if isinstance(wire, dict)]
+        if isinstance(message.get(LEGACY), dict):
+            calls.append({LEGACY: message[LEGACY]})
         for ordinal, wire in enumerate(calls):
-            items.append(Item(ItemKind.CALL, wire, _call(wire, ordinal)))
+            items.append(Item(ItemKind.CALL, wire, _call(wire, ordinal, body)))
         stripped = [_without_calls(choice) for choice in choices[1:]]
         removed = sum(count for _, count in stripped)
         if removed:
@@ -200,11 +312,12 @@ class OpenAIChatDialect(Dialect):
         message = dict(as_dict(first.get("message")))
         text = "".join(str(i.wire.get("text", "")) for i in reply.items if i.kind is ItemKind.TEXT)
         message["content"] = text if text or message.get("content") is not None else None
-        calls = [i.wire for i in reply.items if i.kind is ItemKind.CALL]
-        if calls:
-            message["tool_calls"] = calls
-        else:
-            message.pop("tool_calls", None)
+        fields = _call_fields(reply)
+        for key in ("tool_calls", LEGACY):
+            if key in fields:
+                message[key] = fields[key]
+            else:
+                message.pop(key, None)
         first["message"] = message
         first["finish_reason"] = _finish_reason(reply, first.get("finish_reason"))
         body["choices"] = choices
@@ -233,6 +346,10 @@ class OpenAIChatDialect(Dialect):
 
     def render_item(self, item: Item, position: int, reply: Reply, tail: TailState) -> bytes:
         if item.kind is ItemKind.CALL:
+            legacy = _legacy(item.wire)
+            if legacy is not None:
+                fragment = {"name": legacy.get("name"), "arguments": legacy.get("arguments", "")}
+                return self._chunk(tail, {LEGACY: fragment})
             ordinal = sum(1 for i in reply.items[:position] if i.kind is ItemKind.CALL)
             wire = item.wire
             function = wire.get("function") or {}
@@ -286,6 +403,8 @@ class _ChatStream(StreamAssembler):
         self.items.append(Item(ItemKind.TEXT, {"type": "text", "text": ""}))
         self._calls: dict[int, Item] = {}
         self._partials: dict[int, list[str]] = {}
+        self._legacy: Item | None = None  # a legacy `delta.function_call` being assembled
+        self._legacy_parts: list[str] = []
         self._finish: Any = None
         self._last: dict[str, Any] = {}
         self._removed: dict[Any, set[Any]] = {}  # choice index → tool-call indexes cut out
@@ -330,6 +449,11 @@ class _ChatStream(StreamAssembler):
                 if first_position is None or first_position == 0:
                     first_position = position
                 started = started or new
+            if isinstance(delta.get(LEGACY), dict):
+                position, new = self._legacy_fragment(delta[LEGACY])
+                if first_position is None or first_position == 0:
+                    first_position = position
+                started = started or new
             if choice.get("finish_reason") is not None:
                 self._finish = choice["finish_reason"]
         if others and (self.holding or started):
@@ -351,21 +475,24 @@ class _ChatStream(StreamAssembler):
             if isinstance(delta.get("content"), str) and delta["content"]:
                 self._other_text.add(index)
             fragments = delta.get("tool_calls")
+            legacy = delta.get(LEGACY)
             finish = choice.get("finish_reason")
-            if not fragments and (finish is None or index not in self._removed):
+            if not fragments and not legacy and (finish is None or index not in self._removed):
                 kept.append(choice)
                 others.append(choice)
                 continue
             edited = True
-            delta = {k: v for k, v in delta.items() if k != "tool_calls"}
-            if fragments:
+            delta = {k: v for k, v in delta.items() if k not in ("tool_calls", LEGACY)}
+            if fragments or legacy:
                 cut = self._removed.setdefault(index, set())
                 cut.update(as_index(as_dict(f).get("index")) for f in as_list(fragments))
+                if legacy:
+                    cut.add(LEGACY)
             if finish is not None:
                 delta["content"] = (delta.get("content") or "") + (
                     "\n\n" + OTHER_CHOICE_NOTE if index in self._other_text else OTHER_CHOICE_NOTE
                 )
-                finish = "stop" if finish == "tool_calls" else finish
+                finish = "stop" if finish in _CALL_FINISHES else finish
             if delta or finish is not None:
                 screened = {**choice, "delta": delta, "finish_reason": finish}
                 kept.append(screened)
@@ -397,6 +524,21 @@ class _ChatStream(StreamAssembler):
             self._partials.setdefault(key, []).append(function["arguments"])
         return self.items.index(item), new
 
+    def _legacy_fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
+        """A `delta.function_call` piece: the name comes first, the arguments in pieces."""
+        item = self._legacy
+        new = item is None
+        name = fragment.get("name")
+        if item is None:
+            item = Item(ItemKind.CALL, {LEGACY: {"name": name if isinstance(name, str) else "", "arguments": ""}})
+            self._legacy = item
+            self.items.append(item)
+        elif not item.wire[LEGACY]["name"] and isinstance(name, str):
+            item.wire[LEGACY]["name"] = name
+        if isinstance(fragment.get("arguments"), str):
+            self._legacy_parts.append(fragment["arguments"])
+        return self.items.index(item), new
+
     def observe_forwarded(self, event: SSEEvent) -> None:
         for choice in as_list(self._last.get("choices")):
             if not isinstance(choice, dict):
@@ -414,10 +556,13 @@ class _ChatStream(StreamAssembler):
             count = sum(len(cut) for cut in self._removed.values())
             log_event("choice_calls_removed", log=log, choices=list(self._removed), calls=count, stream=True)
         calls = [self._calls[k] for k in sorted(self._calls)]
+        for item in calls:
+            item.wire["function"]["arguments"] = "".join(self._partials.get(self._key(item), []))
+        if self._legacy is not None:
+            self._legacy.wire[LEGACY]["arguments"] = "".join(self._legacy_parts)
+            calls.append(self._legacy)
         for ordinal, item in enumerate(calls):
-            raw = "".join(self._partials.get(self._key(item), []))
-            item.wire["function"]["arguments"] = raw
-            item.call = _call(item.wire, ordinal)
+            item.call = _call(item.wire, ordinal, self.envelope)
             if self._finish == "length":
                 item.call.truncated = True
                 item.call.arguments = None
