@@ -91,6 +91,9 @@ def _text_of(content: Any) -> str:
 class AnthropicDialect(Dialect):
     name = "anthropic"
     provider = Provider.ANTHROPIC
+    client_tool_types = (None, "custom")
+    schema_key = "input_schema"
+    forced_choice_type = "tool"
     summary_keys = ("stop_reason", "stop_sequence", "stop_details")
 
     def read_request(self, body: dict[str, Any]) -> RequestView:
@@ -126,18 +129,6 @@ class AnthropicDialect(Dialect):
                         )
                     )
         return view
-
-    def client_tool_name(self, tool: Any) -> str | None:
-        if isinstance(tool, dict) and tool.get("type") in (None, "custom") and isinstance(tool.get("name"), str):
-            return str(tool["name"])
-        return None
-
-    def forced_tool(self, choice: Any) -> str | None:
-        name = choice.get("name") if isinstance(choice, dict) and choice.get("type") == "tool" else None
-        return name if isinstance(name, str) else None
-
-    def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
-        return tool.get("input_schema"), tool.get("description")
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]

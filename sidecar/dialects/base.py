@@ -254,17 +254,30 @@ class Dialect(ABC):
     @abstractmethod
     def read_request(self, body: dict[str, Any]) -> RequestView: ...
 
-    @abstractmethod
+    # How a declared client tool looks when it is flat (name and schema at the top of its
+    # entry): the entry `type`s that mark a client tool, where its schema sits, and the
+    # `tool_choice` type that forces one by name. Nested shapes override the three methods.
+    client_tool_types: ClassVar[tuple[str | None, ...]] = ()
+    schema_key: ClassVar[str] = "parameters"
+    forced_choice_type: ClassVar[str] = "function"
+
     def client_tool_name(self, tool: Any) -> str | None:
         """The name of a declared client tool (None for server tools and malformed entries)."""
+        if isinstance(tool, dict) and tool.get("type") in self.client_tool_types:
+            name = tool.get("name")
+            return name if isinstance(name, str) else None
+        return None
 
-    @abstractmethod
     def forced_tool(self, choice: Any) -> str | None:
         """The tool a `tool_choice` forces, if it names one."""
+        if not isinstance(choice, dict) or choice.get("type") != self.forced_choice_type:
+            return None
+        name = choice.get("name")
+        return name if isinstance(name, str) else None
 
-    @abstractmethod
     def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
         """(JSON Schema of the arguments, description) of a declared client tool."""
+        return tool.get(self.schema_key), tool.get("description")
 
     def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
         declared: dict[str, ToolDeclaration] = {}

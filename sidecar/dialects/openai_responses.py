@@ -69,6 +69,7 @@ def _items(output: list[Any]) -> list[Item]:
 class OpenAIResponsesDialect(Dialect):
     name = "openai_responses"
     provider = Provider.OPENAI
+    client_tool_types = ("function",)
     summary_keys = None
     server_side_state = True
 
@@ -98,18 +99,6 @@ class OpenAIResponsesDialect(Dialect):
                         EchoedCall(str(item.get("call_id")), str(item.get("name")), item.get("arguments"))
                     )
         return view
-
-    def client_tool_name(self, tool: Any) -> str | None:
-        if isinstance(tool, dict) and tool.get("type") == "function" and "name" in tool:
-            return str(tool["name"])
-        return None
-
-    def forced_tool(self, choice: Any) -> str | None:
-        name = choice.get("name") if isinstance(choice, dict) and choice.get("type") == "function" else None
-        return name if isinstance(name, str) else None
-
-    def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
-        return tool.get("parameters"), tool.get("description")
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]
