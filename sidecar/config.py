@@ -179,13 +179,6 @@ class Settings(_Section):
     def lockdown_for(self, tool: str) -> LockdownSettings:
         return self.tool(tool).lockdown or self.lockdown
 
-    def admin_tokens(self) -> list[str]:
-        tokens = [self.admin_token] if self.admin_token else []
-        if self.admin_token_file:
-            text = Path(self.admin_token_file).read_text(encoding="utf-8")
-            tokens += [line.strip() for line in text.splitlines() if line.strip()]
-        return tokens
-
 
 def _set_path(target: dict[str, Any], path: list[str], value: Any) -> None:
     for key in path[:-1]:
