@@ -13,6 +13,7 @@ from sidecar.scripted import Turn
 from tests.approvals.conftest import OUTSIDE, TOOLS, admin, cli, metric, pending, send, wait_for_pending
 from tests.e2e.agents import AGENTS
 from tests.e2e.clients import anthropic_client
+from tests.helpers.serve import serve
 
 
 class TeeTransport(httpx.AsyncHTTPTransport):
@@ -98,26 +99,16 @@ async def test_hold_denied_and_timeout(model, start_approvals):
     assert (output["status"], output["approval_id"]) == ("approval_required", waiting["id"])
 
 
-async def _receiver(failures: int) -> tuple[web.AppRunner, str, list[dict[str, Any]]]:
-    """A webhook receiver answering 500 `failures` times, then 200."""
+async def test_webhook_is_retried_until_delivered(model, start_approvals):
     received: list[dict[str, Any]] = []
 
     async def hook(request: web.Request) -> web.Response:
+        """Answers 500 twice, then 200."""
         received.append(await request.json())
-        return web.Response(status=500 if len(received) <= failures else 200)
+        return web.Response(status=500 if len(received) <= 2 else 200)
 
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/hook", received
-
-
-async def test_webhook_is_retried_until_delivered(model, start_approvals):
-    runner, url, received = await _receiver(failures=2)
-    try:
+    async with serve(hook) as base_url:
+        url = base_url + "/hook"
         running = await start_approvals(approvals={"webhook_url": url, "webhook_retries": 3,
                                                    "webhook_backoff_s": 0.01})
         model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="Awaiting approval.")])
@@ -136,8 +127,6 @@ async def test_webhook_is_retried_until_delivered(model, start_approvals):
             "approve_url": base + "/approve", "deny_url": base + "/deny", "show_url": base,
         }
         assert await metric(running, "sidecar_approval_webhook_failures_total") == 0
-    finally:
-        await runner.cleanup()
 
 
 async def test_webhook_failure_is_counted_and_never_blocks(model, start_approvals):
@@ -150,13 +139,8 @@ async def test_webhook_failure_is_counted_and_never_blocks(model, start_approval
         await release.wait()  # the receiver hangs until the agent got its answer
         return web.Response(status=503)
 
-    app = web.Application()
-    app.router.add_post("/hook", stuck)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+    async with serve(stuck) as base_url:
+        url = base_url + "/hook"
         running = await start_approvals(approvals={"webhook_url": url, "webhook_retries": 1,
                                                    "webhook_backoff_s": 0.01})
         model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="Awaiting approval.")])
@@ -166,5 +150,3 @@ async def test_webhook_failure_is_counted_and_never_blocks(model, start_approval
         await running.sidecar.approvals.notifier.drain()
         assert calls == 2  # one try and one retry
         assert await metric(running, "sidecar_approval_webhook_failures_total") == 1
-    finally:
-        await runner.cleanup()

@@ -11,8 +11,8 @@ import copy
 import hashlib
 import json
 import random
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from sidecar.dialects.anthropic import AnthropicDialect
 from sidecar.dialects.base import StreamAssembler
 from sidecar.dialects.sse import SSEEvent, SSEParser, format_event
 from sidecar.model import canonical_json
+from tests.helpers.serve import serve
 
 WIRE = Path(__file__).resolve().parents[2].parent / "shared" / "wire"
 DOCS = {"PROTOCOLS.md", "SOURCES.md"}
@@ -998,9 +999,8 @@ def test_unchanged_raw_replay_is_the_original_stream() -> None:
 # ---------------------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def serve(payload: bytes) -> AsyncIterator[str]:
-    """A one-route server that answers any POST with `payload` as an event stream, in small writes."""
+def serve_stream(payload: bytes) -> AbstractAsyncContextManager[str]:
+    """A server that answers any request with `payload` as an event stream, in small writes."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         await request.read()
@@ -1011,17 +1011,7 @@ async def serve(payload: bytes) -> AsyncIterator[str]:
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_post("/{path:.*}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        host, port = runner.addresses[0][:2]
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    return serve(handler)
 
 
 @dataclass
@@ -1034,7 +1024,7 @@ class SDKView:
 
 
 async def read_with_sdk(dialect: Dialect, payload: bytes) -> SDKView:
-    async with serve(payload) as url:
+    async with serve_stream(payload) as url:
         if dialect is ANTHROPIC:
             client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
             async with client.messages.stream(

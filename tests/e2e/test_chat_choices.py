@@ -21,6 +21,7 @@ from sidecar.app import Running
 from tests.conftest import StartSidecar
 from tests.dialects.test_chat_choices import OTHER_CHOICE_NOTE, PARIS, USAGE, completion, stream
 from tests.e2e.clients import WEATHER_TOOL_CHAT, openai_client
+from tests.helpers.serve import serve, sse_response
 
 MESSAGES = [{"role": "user", "content": "Weather in Paris?"}]
 TOOLS: list[Any] = [WEATHER_TOOL_CHAT, {"type": "function", "function": {"name": "list_cities"}}]
@@ -47,27 +48,14 @@ class Upstream:
         if not body.get("stream"):
             data = completion(self.first_call, self.other_calls)
             return web.Response(body=data, content_type="application/json")
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for event in stream(self.first_call, self.other_calls).split(b"\n\n")[:-1]:
-            await response.write(event + b"\n\n")  # one event per write: interleaving is kept
-        await response.write_eof()
-        return response
+        return await sse_response(request, stream(self.first_call, self.other_calls))
 
 
 @pytest.fixture
 async def upstream() -> AsyncIterator[Upstream]:
     served = Upstream()
-    app = web.Application()
-    app.router.add_post("/{path:.*}", served.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    served.url = f"http://{host}:{port}"
-    yield served
-    await runner.cleanup()
+    async with serve(served.handle) as served.url:
+        yield served
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from sidecar.app import Running
 from tests.conftest import StartSidecar
 from tests.dialects.test_chat_legacy_functions import BAD, FUNCTIONS, GOOD, completion, stream
 from tests.e2e.clients import openai_client
+from tests.helpers.serve import serve, sse_response
 
 MESSAGES = [{"role": "user", "content": "Any refund tickets?"}]
 STREAMING = pytest.mark.parametrize("streaming", [False, True], ids=["whole", "stream"])
@@ -43,27 +44,14 @@ class Upstream:
             return web.Response(body=data, content_type="application/json")
         if not body.get("stream"):
             return web.Response(body=completion(self.arguments), content_type="application/json")
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for event in stream(self.arguments, text="Let me look.").split(b"\n\n")[:-1]:
-            await response.write(event + b"\n\n")
-        await response.write_eof()
-        return response
+        return await sse_response(request, stream(self.arguments, text="Let me look."))
 
 
 @pytest.fixture
 async def upstream() -> AsyncIterator[Upstream]:
     served = Upstream()
-    app = web.Application()
-    app.router.add_post("/{path:.*}", served.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    served.url = f"http://{host}:{port}"
-    yield served
-    await runner.cleanup()
+    async with serve(served.handle) as served.url:
+        yield served
 
 
 @pytest.fixture

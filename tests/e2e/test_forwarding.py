@@ -36,6 +36,7 @@ from tests.e2e.clients import (
     anthropic_client,
     openai_client,
 )
+from tests.helpers.serve import serve
 
 USER = [{"role": "user", "content": "Weather?"}]
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": API_KEY_ANTHROPIC}
@@ -68,14 +69,8 @@ async def decoy() -> AsyncIterator[tuple[str, list[str]]]:
         seen.append(f"{request.method} {request.raw_path}")
         return web.Response(text="decoy")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", record)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield f"127.0.0.1:{runner.addresses[0][1]}", seen
-    await runner.cleanup()
+    async with serve(record) as url:
+        yield url.removeprefix("http://"), seen
 
 
 # -- a raw HTTP/1.1 client: nothing between the test and the wire --------------------------

@@ -20,6 +20,7 @@ from sidecar.app import Running
 from sidecar.scripted import ScriptedModel, Turn, UpstreamError
 from tests.e2e.clients import anthropic_client, openai_client
 from tests.helpers.ports import free_port
+from tests.helpers.serve import serve, sse_response
 
 USER = [{"role": "user", "content": "Hello?"}]
 PROTOCOLS = ["anthropic", "openai_chat", "openai_responses"]
@@ -272,21 +273,11 @@ async def test_stream_cut_before_its_last_event_ends_with_an_error_event(start_s
 
     async def cut(request: web.Request) -> web.StreamResponse:
         await request.read()
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for name, data in events:
-            await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-        await response.write_eof()  # no message_delta, no message_stop
-        return response
+        body = b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
+        return await sse_response(request, body)  # no message_delta, no message_stop
 
-    app = web.Application()
-    app.router.add_post("/v1/messages", cut)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        sidecar = await start_sidecar(anthropic_upstream=f"http://127.0.0.1:{port}")
+    async with serve(cut) as upstream:
+        sidecar = await start_sidecar(anthropic_upstream=upstream)
         seen: list[str] = []
         async with anthropic_client(sidecar.proxy_url) as client:
             with pytest.raises(anthropic.APIStatusError) as raised:
@@ -298,5 +289,3 @@ async def test_stream_cut_before_its_last_event_ends_with_an_error_event(start_s
                         seen.append(event.type)
         assert "before its last event" in str(raised.value)
         assert seen == ["message_start"]  # the held call never reached the agent
-    finally:
-        await runner.cleanup()

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from sidecar.app import Running
 from tests.conftest import StartSidecar
+from tests.helpers.serve import serve
 
 
 @dataclass
@@ -59,13 +60,8 @@ async def otlp() -> AsyncIterator[OtlpReceiver]:
     app = web.Application()
     app.router.add_post("/v1/traces", receiver._traces)
     app.router.add_post("/v1/metrics", receiver._metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    receiver.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    yield receiver
-    await runner.cleanup()
+    async with serve(app) as receiver.url:
+        yield receiver
 
 
 @dataclass

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from tests.helpers.serve import serve
 from tests.robustness.conftest import ENDPOINTS, assert_clean_log, assert_provider_error, post
 
 SSE = "text/event-stream"
@@ -119,14 +120,8 @@ class Upstream:
 @pytest.fixture
 async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
     stub = Upstream()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", stub.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield stub, f"http://127.0.0.1:{runner.addresses[0][1]}"
-    await runner.cleanup()
+    async with serve(stub.handle) as url:
+        yield stub, url
 
 
 REQUEST: dict[str, dict[str, Any]] = {
