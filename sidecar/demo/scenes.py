@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sidecar.scripted import ToolCallSpec, Turn
@@ -22,7 +21,48 @@ class Scene:
     settings: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass
+class HumanScene(Scene):
+    """`then` lists (step, next user message): the runner calls the step with the running
+    sidecar and the printer (a person acting between turns), then runs the next user turn."""
+
+    then: list[tuple[Callable[[Running, Callable[[str], None]], Awaitable[None]], str]] = field(
+        default_factory=list
+    )
+
+
 SEARCH_OK = ToolCallSpec("support_tickets_search", {"query": "refund", "status": "OPEN", "limit": 5})
+
+_SEND_REFUND_NOTE = ToolCallSpec(
+    "support_replies_send",
+    {"ticket_id": "T-1042", "to": "ana@example.com", "body": "Your refund was issued today."},
+)
+_SEND_OUTSIDE = ToolCallSpec(
+    "support_replies_send",
+    {"ticket_id": "T-1042", "to": "bob@partner.example.org", "body": "Your refund was approved."},
+)
+_DEMO_ADMIN_TOKEN = "demo-admin-token-not-a-secret"
+_SEND_TO_BLOCKED_DOMAIN = ToolCallSpec(
+    "support_replies_send",
+    {"ticket_id": "T-1042", "to": "ana.refund@mailinator.com", "body": "Your refund was issued today."},
+)
+
+
+async def _support_lead_approves(sidecar: Running, say: Callable[[str], None]) -> None:
+    """What a support lead does: list pending approvals, approve the one for this call."""
+    import aiohttp
+
+    auth = {"Authorization": f"Bearer {_DEMO_ADMIN_TOKEN}"}
+    async with aiohttp.ClientSession(headers=auth) as http:
+        async with http.get(f"{sidecar.admin_url}/approvals") as response:
+            [waiting] = (await response.json())["approvals"]
+        say(f"  support lead → sidecar approvals list: {waiting['id']} {waiting['tool']} "
+            f"to {waiting['arguments']['to']} ({waiting['group']})")
+        body = {"by": "lee", "comment": "partner address, fine"}
+        async with http.post(f"{sidecar.admin_url}/approvals/{waiting['id']}/approve", json=body) as response:
+            decided = await response.json()
+        say(f"  support lead → sidecar approvals approve {decided['id']} --by lee → {decided['status']}")
+
 
 SCENES: list[Scene] = [
     Scene(
@@ -43,14 +83,6 @@ SCENES: list[Scene] = [
         ],
         "The agent never saw the call with \"open\" and \"10\": the model got a structured error and fixed it.",
     ),
-]
-
-# Appended by the replay work (issue 6): a side-effecting call the model makes twice.
-_SEND_REFUND_NOTE = ToolCallSpec(
-    "support_replies_send",
-    {"ticket_id": "T-1042", "to": "ana@example.com", "body": "Your refund was issued today."},
-)
-SCENES.append(
     Scene(
         "Replay: the model sends the same reply twice; the second is answered from the ledger",
         "Tell the customer of T-1042 that the refund was issued.",
@@ -63,43 +95,7 @@ SCENES.append(
         "The agent ran the send once. The repeat never reached it: the model was told \"this was already "
         "done at …\" with the original call's time and result (status replayed).",
         settings={"tools": {"support_replies_send": {"side_effects": True}}},
-    )
-)
-
-# Appended by the approvals work (issue 5): a person approves between two user turns.
-# `HumanScene.then` lists (step, next user message): the runner calls the step with the
-# running sidecar and the printer, then runs the next user turn.
-_SEND_OUTSIDE = ToolCallSpec(
-    "support_replies_send",
-    {"ticket_id": "T-1042", "to": "bob@partner.example.org", "body": "Your refund was approved."},
-)
-_DEMO_ADMIN_TOKEN = "demo-admin-token-not-a-secret"
-
-
-@dataclass
-class HumanScene(Scene):
-    then: list[tuple[Callable[[Running, Callable[[str], None]], Awaitable[None]], str]] = field(
-        default_factory=list
-    )
-
-
-async def _support_lead_approves(sidecar: Running, say: Callable[[str], None]) -> None:
-    """What a support lead does: list pending approvals, approve the one for this call."""
-    import aiohttp
-
-    auth = {"Authorization": f"Bearer {_DEMO_ADMIN_TOKEN}"}
-    async with aiohttp.ClientSession(headers=auth) as http:
-        async with http.get(f"{sidecar.admin_url}/approvals") as response:
-            [waiting] = (await response.json())["approvals"]
-        say(f"  support lead → sidecar approvals list: {waiting['id']} {waiting['tool']} "
-            f"to {waiting['arguments']['to']} ({waiting['group']})")
-        body = {"by": "lee", "comment": "partner address, fine"}
-        async with http.post(f"{sidecar.admin_url}/approvals/{waiting['id']}/approve", json=body) as response:
-            decided = await response.json()
-        say(f"  support lead → sidecar approvals approve {decided['id']} --by lee → {decided['status']}")
-
-
-SCENES.append(
+    ),
     HumanScene(
         "Human approval: a reply to an outside address waits for a support lead, then goes through once",
         "Tell bob@partner.example.org that the refund for T-1042 was approved.",
@@ -114,19 +110,10 @@ SCENES.append(
         "After the support lead approved that exact call on the admin port, the identical call went "
         "through, once; a model cannot approve anything itself.",
         settings={
-            "policies": str(Path(__file__).resolve().parents[2] / "policies"),
             "admin_token": _DEMO_ADMIN_TOKEN,
         },
         then=[(_support_lead_approves, "It is approved, please send it now.")],
-    )
-)
-
-# Appended by the policy work (issue 4): a call the Rego policy denies, explained to the user.
-_SEND_TO_BLOCKED_DOMAIN = ToolCallSpec(
-    "support_replies_send",
-    {"ticket_id": "T-1042", "to": "ana.refund@mailinator.com", "body": "Your refund was issued today."},
-)
-SCENES.append(
+    ),
     Scene(
         "Policy: a reply to a blocked domain is denied, and the model tells the user why",
         "Send the refund confirmation for T-1042 to ana.refund@mailinator.com.",
@@ -137,5 +124,5 @@ SCENES.append(
         ],
         "The Rego policy (policies/data.json: blocked_recipients of support_replies_send) denied the call. "
         "The model got {status: denied, reasons: [...]} in a repair round and explained it; the send never ran.",
-    )
-)
+    ),
+]
