@@ -62,12 +62,18 @@ class Sidecar:
         )
         # Ledger, replay index, approvals, Responses memo: memory, SQLite or shared Redis.
         self.state = build_store(settings.state)
-        self.tool_traits = ToolTraits.from_settings(settings)
         self.addons.add(ResultMatcher(self.state, self.metrics))
         self.addons.add(ReplayLedger(self.state, self.metrics))
         # Rego: a broken policy at startup is an error (PolicyLoadError); later a broken
         # revision keeps the last good one and /readyz says so.
         self.policy = build_engine(settings.policy, settings.policies, on_reload=self._policy_reloaded)
+        # side_effects / repeatable per tool: the embedded engine's data.json, kept current by
+        # its reloads; with an OPA server, the local policies dir is read once.
+        self.tool_traits = (
+            ToolTraits(settings, self.policy.data)
+            if isinstance(self.policy, EmbeddedEngine)
+            else ToolTraits.from_settings(settings)
+        )
         # After ResultMatcher: the policy sees matched results; session counts from the ledger.
         self.addons.add(ToolListFilter(settings, self.policy, self.metrics, self.state))
         self.addons.add(ResultPolicy(settings, self.policy, self.metrics, self.state))
@@ -95,6 +101,8 @@ class Sidecar:
         self.metrics.state_error(self.state.name)
 
     def _policy_reloaded(self, ok: bool, error: str | None) -> None:
+        if ok and isinstance(self.policy, EmbeddedEngine):
+            self.tool_traits.update(self.policy.data)
         self.metrics.policy_reload(ok)
         log_event("policy_reload", level=logging.INFO if ok else logging.ERROR, ok=ok, error=error)
 

@@ -247,6 +247,11 @@ class EmbeddedEngine(_Interpreting):
             return  # started by the first async call, or by start()
         self._watcher.start()
 
+    @property
+    def data(self) -> dict[str, Any]:
+        """The `data` document of the policy in force (per-tool settings live there)."""
+        return self._compiled.bundle.data if self._compiled is not None else {}
+
     async def start(self) -> None:
         """Start hot reload now (it otherwise starts with the first decision)."""
         self._start_watcher()

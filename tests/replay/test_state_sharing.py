@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -185,3 +186,31 @@ def test_config_beats_policy_data_and_no_data_means_no_side_effects():
     assert traits.side_effects("support_tickets_search") and traits.repeatable("support_tickets_search")
     bare: Callable[[str], bool] = _traits().side_effects
     assert bare("anything") is False
+
+
+SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
+
+
+def _policies_with(directory: Path, tool: str, side_effects: bool) -> None:
+    data_file = directory / "data.json"
+    data = json.loads(data_file.read_text())
+    data["sidecar"]["tools"][tool]["side_effects"] = side_effects
+    data_file.write_text(json.dumps(data))
+
+
+async def test_tool_traits_follow_a_policy_reload(tmp_path):
+    """side_effects comes from the policy's data.json: a hot reload changes it in place."""
+    import shutil
+
+    from sidecar.app import Sidecar
+
+    policies = tmp_path / "policies"
+    shutil.copytree(SHIPPED_POLICIES, policies)
+    sidecar = Sidecar(Settings.model_validate({"policies": str(policies), "rejection_log": {"path": "-"}}))
+    try:
+        assert sidecar.tool_traits.side_effects("support_tickets_search") is False
+        _policies_with(policies, "support_tickets_search", side_effects=True)
+        await sidecar.policy.reload_now()
+        assert sidecar.tool_traits.side_effects("support_tickets_search") is True
+    finally:
+        await sidecar.close()
