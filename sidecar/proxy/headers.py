@@ -17,10 +17,6 @@ HOP_BY_HOP_PREFIX = "proxy-"
 # so a Content-Encoding from the agent would be a lie.
 _REQUEST_OWN = frozenset({"host", "content-length", "accept-encoding", "content-encoding"})
 _RESPONSE_OWN = frozenset({"content-length", "content-encoding"})
-SECRET_HEADERS = frozenset({
-    "authorization", "x-api-key", "api-key", "proxy-authorization", "cookie", "set-cookie",
-    "openai-organization", "openai-project", "anthropic-admin-api-key",
-})
 # We decode what we read; only ask for encodings aiohttp can decode.
 UPSTREAM_ACCEPT_ENCODING = "gzip, deflate"
 
@@ -57,8 +53,3 @@ def upstream_request_headers(headers: Mapping[str, str], drop: Iterable[str] = (
 def downstream_response_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
     """What the provider sent, minus hop-by-hop headers and the framing of a body we decoded."""
     return _filtered(headers.items(), _RESPONSE_OWN, _connection_tokens(headers))
-
-
-def loggable(headers: Mapping[str, str]) -> dict[str, str]:
-    """Headers safe to log: secret ones are replaced, never printed."""
-    return {k: ("[REDACTED]" if k.lower() in SECRET_HEADERS else v) for k, v in headers.items()}

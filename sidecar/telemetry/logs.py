@@ -19,13 +19,16 @@ from opentelemetry import trace
 from sidecar.telemetry.redact import DEFAULT_KEY_PATTERNS, key_matcher, redact, redact_text
 
 LOGGER_NAME = "sidecar"
-# Header names never to be logged, on top of the configurable credential keys.
+# Header names never to be logged, on top of the configurable credential keys
+# (matching ignores case, `-` and `_`, and finds substrings: `set-cookie` matches `cookie`).
 LOG_KEY_PATTERNS: tuple[str, ...] = (
     *DEFAULT_KEY_PATTERNS,
     "x-api-key",
     "cookie",
     "private_key",
     "proxy-authorization",
+    "openai-organization",
+    "openai-project",
 )
 _matcher = key_matcher(LOG_KEY_PATTERNS)
 _RESERVED = frozenset({"time", "level", "event", "logger", "message", "trace_id", "span_id"})

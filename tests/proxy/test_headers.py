@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from sidecar.proxy.headers import downstream_response_headers, loggable, upstream_request_headers
+from sidecar.proxy.headers import downstream_response_headers, upstream_request_headers
 
 CREDENTIALS = {
     "x-api-key": "sk-ant-secret",
@@ -74,14 +74,6 @@ def test_response_drops_hop_by_hop_and_stale_framing():
     assert out["request-id"] == "req_1"
     assert out["anthropic-ratelimit-requests-remaining"] == "49"
     assert out["Set-Cookie"] == "a=1"
-
-
-def test_loggable_redacts_every_secret():
-    shown = loggable(_headers(*CREDENTIALS.items(), ("Proxy-Authorization", "Basic x"), ("Cookie", "s=1")))
-    text = repr(shown)
-    for secret in ("sk-ant-secret", "sk-openai-secret", "org-123", "proj_456", "Basic x", "s=1"):
-        assert secret not in text
-    assert shown["anthropic-version"] == "2023-06-01"
 
 
 def test_request_content_encoding_is_not_forwarded():

@@ -101,3 +101,16 @@ def test_secrets_never_logged(stream: io.StringIO) -> None:
         assert secret not in text
     record = _lines(stream)[0]
     assert record["headers"]["content-type"] == "application/json"  # type: ignore[index]
+
+
+def test_provider_headers_never_reach_a_log_line(stream: io.StringIO) -> None:
+    headers = {
+        "authorization": "Bearer sk-ant-secret", "x-api-key": "sk-openai-secret",
+        "openai-organization": "org-123", "openai-project": "proj_456", "Proxy-Authorization": "Basic x",
+        "Cookie": "s=1", "Set-Cookie": "t=2", "anthropic-version": "2023-06-01",
+    }
+    log_event("request", headers=headers)
+    text = stream.getvalue()
+    for secret in ("sk-ant-secret", "sk-openai-secret", "org-123", "proj_456", "Basic x", "s=1", "t=2"):
+        assert secret not in text
+    assert _lines(stream)[0]["headers"]["anthropic-version"] == "2023-06-01"
