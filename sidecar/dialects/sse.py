@@ -7,6 +7,9 @@ records each event's raw framing (CR, LF or CRLF line ends, padding, comments) u
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 
 @dataclass(slots=True)
@@ -18,6 +21,16 @@ class SSEEvent:
     @property
     def is_comment(self) -> bool:
         return self.event is None and not self.data
+
+    def json(self) -> Any:
+        return orjson.loads(self.data)
+
+
+def parse_sse(raw: bytes | str) -> list[SSEEvent]:
+    """A complete SSE body as its events, comments left out (what an SDK client sees)."""
+    parser = SSEParser()
+    events = parser.feed(raw.encode() if isinstance(raw, str) else raw) + parser.flush()
+    return [event for event in events if not event.is_comment]
 
 
 def format_event(data: bytes | str, event: str | None = None) -> bytes:

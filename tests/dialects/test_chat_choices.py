@@ -17,7 +17,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from sidecar.dialects import OPENAI_CHAT
 from sidecar.dialects.base import Reply
 from sidecar.dialects.openai_chat import OTHER_CHOICE_NOTE
-from sidecar.dialects.sse import SSEEvent, SSEParser, format_event
+from sidecar.dialects.sse import format_event, parse_sse
 
 ENVELOPE = {
     "id": "chatcmpl-n2ChoicesRecordedShape",
@@ -101,13 +101,8 @@ def stream(first_call: str | None = PARIS, other_calls: bool = True) -> bytes:
     return b"".join(format_event(json.dumps(c, separators=(",", ":"))) for c in chunks) + b"data: [DONE]\n\n"
 
 
-def events_of(data: bytes) -> list[SSEEvent]:
-    parser = SSEParser()
-    return parser.feed(data) + parser.flush()
-
-
 def chunks_of(data: bytes) -> list[dict[str, Any]]:
-    return [json.loads(e.data) for e in events_of(data) if e.data and e.data != "[DONE]"]
+    return [json.loads(e.data) for e in parse_sse(data) if e.data and e.data != "[DONE]"]
 
 
 def accumulate(data: bytes) -> ChatCompletion:
@@ -131,7 +126,7 @@ def other_choice_calls(data: bytes) -> list[Any]:
 def feed_all(data: bytes) -> tuple[Any, bytes, bytes]:
     """(assembler, bytes forwarded at once, bytes held) for a stream."""
     assembler = OPENAI_CHAT.assembler()
-    events = events_of(data)
+    events = parse_sse(data)
     flags = [assembler.feed(event) for event in events]
     forwarded = b"".join(e.raw for e, flag in zip(events, flags, strict=True) if flag)
     held = b"".join(e.raw for e in assembler.held)

@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from sidecar.dialects.sse import SSEParser
+from sidecar.dialects.sse import parse_sse
 from sidecar.scripted import RecordedRequest, ToolCallSpec, Turn
 from tests.robustness.conftest import ENDPOINTS, assert_clean_log, post
 
@@ -79,8 +79,7 @@ def _answered(request: RecordedRequest) -> bool:
 def _calls(path: str, raw: bytes, stream: bool) -> int:
     """How many tool calls the agent received."""
     if stream:
-        parser = SSEParser()
-        events = [orjson.loads(e.data) for e in parser.feed(raw) + parser.flush() if e.data.startswith("{")]
+        events = [e.json() for e in parse_sse(raw) if e.data.startswith("{")]
         if path == "/v1/messages":
             return sum(1 for e in events if e["type"] == "content_block_start"
                        and e["content_block"]["type"] == "tool_use")

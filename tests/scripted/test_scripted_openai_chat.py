@@ -8,8 +8,8 @@ import openai
 import orjson
 import pytest
 
+from sidecar.dialects.sse import parse_sse
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn, UpstreamError
-from sidecar.scripted.sse import parse_sse
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 WEATHER = Turn(text="Let me look.", tool_calls=[ToolCallSpec("get_weather", {"city": "Paris"})])

@@ -6,8 +6,8 @@ import openai
 import orjson
 import pytest
 
+from sidecar.dialects.sse import parse_sse
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
-from sidecar.scripted.sse import parse_sse
 
 WEATHER = Turn(text="Let me look.", tool_calls=[ToolCallSpec("get_weather", {"city": "Paris"})])
 

@@ -13,6 +13,7 @@ import openai
 import orjson
 import pytest
 
+from sidecar.dialects.sse import parse_sse
 from sidecar.scripted import (
     EXHAUSTED_TEXT,
     RecordedRequest,
@@ -22,7 +23,6 @@ from sidecar.scripted import (
     UpstreamError,
     load_script,
 )
-from sidecar.scripted.sse import parse_sse
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -15,8 +15,8 @@ import aiohttp
 import orjson
 import pytest
 
+from sidecar.dialects.sse import SSEEvent, parse_sse
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
-from sidecar.scripted.sse import SSEEvent, parse_sse
 
 WIRE = Path("/work/shared/wire")
 pytestmark = pytest.mark.skipif(not WIRE.is_dir(), reason="recorded wire files not available")
@@ -87,7 +87,7 @@ def recorded(name: str) -> list[SSEEvent]:
     path = WIRE / name
     if path.suffix == ".jsonl":  # one data object per line, framing stripped
         lines = [line for line in path.read_text().splitlines() if line]
-        return [SSEEvent(orjson.loads(line)["type"], line) for line in lines]
+        return [SSEEvent(line.encode(), orjson.loads(line)["type"], line) for line in lines]
     return parse_sse(path.read_bytes())
 
 
