@@ -101,6 +101,7 @@ class Enforcer:
         request = exchange.request
         current = first
         spent: list[Reply] = []
+        reported = False  # the last checks were already reported (their repair round began)
         for round_number in range(1, self.settings.enforcement.max_repair_rounds + 1):
             outputs = []
             for check in checks:
@@ -108,12 +109,14 @@ class Enforcer:
                 check.action = "repair" if refused else "not_run"
                 outputs.append((check.call, check.verdict.model_payload() if refused else NOT_RUN_PAYLOAD))
             await self.addons.checked(exchange, checks)
+            reported = True
             request = dialect.repair_request(request, current, outputs)
             try:
                 body = await self.send(exchange, request)
             except RepairFailed as exc:
                 log.warning("repair round %d failed upstream: %s", round_number, redact_text(str(exc)))
                 break
+            reported = False
             exchange.repair_rounds = round_number
             current = dialect.read_reply(body)
             await self.addons.replied(exchange, current)
@@ -128,16 +131,23 @@ class Enforcer:
             if plan == "block":
                 break
         await self.addons.repaired(exchange, "exhausted")
-        blocked = await self._block(exchange, current, checks)
+        blocked = await self._block(exchange, current, checks, report=not reported)
         final = self._merge(exchange, first, cut, blocked, spent) if spent else blocked
         return Settlement(final, True, exchange.repair_rounds)
 
-    async def _block(self, exchange: Exchange, reply: Reply, checks: list[CallCheck]) -> Reply:
-        """Remove every call of the turn and say why in text: no half-refused set."""
+    async def _block(
+        self, exchange: Exchange, reply: Reply, checks: list[CallCheck], report: bool = True
+    ) -> Reply:
+        """Remove every call of the turn and say why in text: no half-refused set.
+
+        `report=False`: these checks were reported when their (failed) repair round began;
+        each check reaches the addons once.
+        """
         for check in checks:
             if check.action not in ("observed",):
                 check.action = "blocked" if not check.verdict.allowed else "not_run"
-        await self.addons.checked(exchange, checks)
+        if report:
+            await self.addons.checked(exchange, checks)
         dialect = exchange.dialect
         items = [item for item in reply.items if item.kind is not ItemKind.CALL]
         items.append(dialect.text_item(explanation(checks)))

@@ -49,9 +49,6 @@ from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.replay")
 
-_COUNTED = "replay.counted"  # exchange.scratch: checks whose replay was already counted
-
-
 def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -181,13 +178,9 @@ class ReplayLedger(Addon):
 
     async def checked(self, exchange: Exchange, checks: list[CallCheck]) -> None:
         """Count replays by what happened: answered from the ledger, or let through."""
-        # A check can be reported twice (repair round, then block). Keeping the checks alive
-        # for the exchange keeps their ids unique.
-        counted: dict[int, CallCheck] = exchange.scratch.setdefault(_COUNTED, {})
         for check in checks:
-            if not check.replay.get("count") or id(check) in counted:
+            if not check.replay.get("count"):
                 continue
-            counted[id(check)] = check
             tool = check.call.name
             if check.verdict.kind is VerdictKind.REPLAY and check.action in ("repair", "blocked"):
                 self.metrics.replay(tool, "answered")

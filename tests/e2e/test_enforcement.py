@@ -172,3 +172,23 @@ async def test_streams_report_repair_rounds_in_a_comment(model, sidecar):
         raw = await response.read()
     assert b"\n: x-sidecar-repair-rounds: 1\n\n" in raw
     assert raw.rstrip().endswith(b'{"type":"message_stop"}')
+
+
+async def test_failed_repair_round_blocks_and_reports_each_call_once(model, sidecar, tmp_path):
+    """The repair request fails upstream: the agent gets the explanation, and the refused call
+    is counted and logged once (when its round began), not again by the block."""
+    import aiohttp
+
+    from sidecar.scripted import UpstreamError
+
+    model.add_turns([Turn(tool_calls=[BAD]), Turn(error=UpstreamError(500))])
+    received = await AGENTS["anthropic"](sidecar.proxy_url, TOOLS).ask(stream=False)
+    assert received.calls == [] and "[sidecar] These tool calls were not run" in received.text
+
+    await sidecar.sidecar.rejections.aflush()
+    log = [json.loads(line) for line in (tmp_path / "rejections.jsonl").read_text().splitlines()]
+    assert [(r["tool"], r["action"]) for r in log] == [("support_tickets_search", "repair")]
+    async with aiohttp.ClientSession() as session, session.get(sidecar.admin_url + "/metrics") as response:
+        metrics = await response.text()
+    counted = 'sidecar_tool_calls_total{provider="anthropic",tool="support_tickets_search",verdict="reject"} 1.0'
+    assert counted in metrics
