@@ -34,11 +34,15 @@ TURN = Turn(text="Searching.", tool_calls=[ToolCallSpec("search_tickets", {"quer
 
 
 def _body(stream: bool) -> bytes:
-    return orjson.dumps({
-        "model": "claude-test", "max_tokens": 256, "stream": stream,
-        "tools": [{"name": "search_tickets", "description": "Search", "input_schema": SCHEMA}],
-        "messages": [{"role": "user", "content": "Find refund tickets."}],
-    })  # fmt: skip
+    return orjson.dumps(
+        {
+            "model": "claude-test",
+            "max_tokens": 256,
+            "stream": stream,
+            "tools": [{"name": "search_tickets", "description": "Search", "input_schema": SCHEMA}],
+            "messages": [{"role": "user", "content": "Find refund tickets."}],
+        }
+    )
 
 
 async def _otlp_sink() -> tuple[web.AppRunner, str]:
@@ -82,12 +86,19 @@ async def _bare_forwarder(upstream: str) -> tuple[web.AppRunner, str]:
 
 
 async def _sidecar(model: ScriptedModel, tmp: str, **telemetry: Any) -> Running:
-    return await start(load_settings(flags={
-        "listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0",
-        "anthropic_upstream": model.url, "openai_upstream": model.url,
-        "rejection_log": {"path": f"{tmp}/rejections-{len(telemetry)}.jsonl"},
-        "telemetry": telemetry,
-    }, environ={}))  # fmt: skip
+    return await start(
+        load_settings(
+            flags={
+                "listen": "127.0.0.1:0",
+                "admin_listen": "127.0.0.1:0",
+                "anthropic_upstream": model.url,
+                "openai_upstream": model.url,
+                "rejection_log": {"path": f"{tmp}/rejections-{len(telemetry)}.jsonl"},
+                "telemetry": telemetry,
+            },
+            environ={},
+        )
+    )
 
 
 async def _once(session: aiohttp.ClientSession, base: str, body: bytes) -> float:
@@ -103,8 +114,9 @@ def _ms(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
 
 
-async def _series(session: aiohttp.ClientSession, targets: dict[str, str], n: int, stream: bool,
-                  model: ScriptedModel) -> dict[str, list[float]]:
+async def _series(
+    session: aiohttp.ClientSession, targets: dict[str, str], n: int, stream: bool, model: ScriptedModel
+) -> dict[str, list[float]]:
     body = _body(stream)
     model.add_turns([TURN] * (n * len(targets) + 10 * len(targets)))
     for base in targets.values():  # warm-up: connections, caches, first-request imports
@@ -143,8 +155,12 @@ async def main(n: int, stream_n: int, single_n: int) -> None:
             plain = await _sidecar(model, tmp)
             traced = await _sidecar(model, tmp, otlp_endpoint=sink_url, otlp_metrics=True)
             bare, bare_url = await _bare_forwarder(model.url)
-            targets = {"direct": model.url, "bare proxy": bare_url, "sidecar": plain.proxy_url,
-                       "sidecar+tracing": traced.proxy_url}
+            targets = {
+                "direct": model.url,
+                "bare proxy": bare_url,
+                "sidecar": plain.proxy_url,
+                "sidecar+tracing": traced.proxy_url,
+            }
             try:
                 async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4)) as session:
                     _report("non-streaming", await _series(session, targets, n, False, model))

@@ -48,14 +48,24 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) 
 
 
 async def main(runs: int, stream: bool) -> None:
-    body = {"model": "bench", "max_tokens": 256, "stream": stream, "tools": [TOOL],
-            "messages": [{"role": "user", "content": "refund tickets"}]}
+    body = {
+        "model": "bench",
+        "max_tokens": 256,
+        "stream": stream,
+        "tools": [TOOL],
+        "messages": [{"role": "user", "content": "refund tickets"}],
+    }
     async with ScriptedModel([]) as model:
-        settings = load_settings(flags={
-            "listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0",
-            "anthropic_upstream": model.url, "openai_upstream": model.url,
-            "rejection_log": {"path": "/dev/null"},
-        }, environ={})
+        settings = load_settings(
+            flags={
+                "listen": "127.0.0.1:0",
+                "admin_listen": "127.0.0.1:0",
+                "anthropic_upstream": model.url,
+                "openai_upstream": model.url,
+                "rejection_log": {"path": "/dev/null"},
+            },
+            environ={},
+        )
         running = await start(settings)
         samples: dict[str, list[float]] = {"direct1": [], "clean": [], "repaired": []}
         try:

@@ -35,13 +35,16 @@ from sidecar.telemetry.metrics import Metrics
 
 
 def exchange(session: str, view: RequestView | None = None) -> Exchange:
-    return Exchange("x", Provider.ANTHROPIC, ANTHROPIC, session, view or RequestView(), {}, URL("http://x"),
-                    CIMultiDict())
+    return Exchange(
+        "x", Provider.ANTHROPIC, ANTHROPIC, session, view or RequestView(), {}, URL("http://x"), CIMultiDict()
+    )
 
 
 def calls(n: int, tool: str) -> list[ToolCall]:
-    return [ToolCall(f"toolu_{tool}_{i:020d}", tool, {"ticket_id": f"T-{i}", "body": "Hello there", "n": i}, "")
-            for i in range(n)]
+    return [
+        ToolCall(f"toolu_{tool}_{i:020d}", tool, {"ticket_id": f"T-{i}", "body": "Hello there", "n": i}, "")
+        for i in range(n)
+    ]
 
 
 async def per_call(n: int, step: Callable[[int], Awaitable[object]]) -> float:
@@ -66,8 +69,9 @@ async def main(n: int) -> None:
     miss = await per_call(n, lambda i: guard.on_call(CallCheck(sends[i], ex, 1)))
     delivered = await per_call(n, lambda i: ledger.delivered(ex, [sends[i]]))
     await ledger.delivered(ex, reads)
-    views = [exchange("bench-session", RequestView(results=[ToolResult(c.id, '{"status": "sent"}', size=18)]))
-             for c in sends]
+    views = [
+        exchange("bench-session", RequestView(results=[ToolResult(c.id, '{"status": "sent"}', size=18)])) for c in sends
+    ]
     result = await per_call(n, lambda i: matcher.request(views[i]))
     again = [ToolCall(c.id + "r", c.name, c.arguments, "") for c in sends]
     replay = await per_call(n, lambda i: guard.on_call(CallCheck(again[i], ex, 1)))
@@ -76,8 +80,13 @@ async def main(n: int) -> None:
     baseline = await per_call(n, lambda i: _noop())
 
     print(f"memory backend, {n:,} calls in one session (µs per call; empty await {baseline:.2f})")
-    for label, value in (("guard, miss", miss), ("guard, replay", replay), ("guard, read-only", read_only),
-                         ("delivered", delivered), ("result", result)):
+    for label, value in (
+        ("guard, miss", miss),
+        ("guard, replay", replay),
+        ("guard, read-only", read_only),
+        ("delivered", delivered),
+        ("result", result),
+    ):
         print(f"  {label:<17} {value:7.2f}")
     print(f"  per delivered call, guard + ledger + result: {miss + delivered + result:.2f}")
 

@@ -74,8 +74,10 @@ async def main() -> None:
     opts = parser.parse_args()
 
     per_call = await memory_per_call(opts.calls)
-    print(f"memory: {per_call:,.0f} bytes per remembered call at {opts.calls:,} calls "
-          f"({per_call * opts.calls / 2**20:,.1f} MiB)")
+    print(
+        f"memory: {per_call:,.0f} bytes per remembered call at {opts.calls:,} calls "
+        f"({per_call * opts.calls / 2**20:,.1f} MiB)"
+    )
 
     rows = [("memory", opts.calls, await timings(MemoryStore(Limits()), opts.calls))]
     with tempfile.TemporaryDirectory() as tmp:

@@ -138,10 +138,7 @@ def main() -> None:
     print(f"first compile:  median {statistics.median(compiles):8.1f} µs")
     for label, args in (("valid call", VALID), ("invalid call", INVALID)):
         samples = measure(lockdown, decl, args, calls)
-        print(
-            f"{label:<14}  median {statistics.median(samples):8.1f} µs   "
-            f"p99 {percentile(samples, 0.99):8.1f} µs"
-        )
+        print(f"{label:<14}  median {statistics.median(samples):8.1f} µs   p99 {percentile(samples, 0.99):8.1f} µs")
     print(f"invalid call errors: {len(bad.errors)}; compiled_count={lockdown.compiled_count}")
 
 

@@ -89,7 +89,10 @@ class Sidecar:
         ]
         continuations = Continuations(store=self.state, on_state_error=self._state_error)
         self.enforcer = Enforcer(
-            settings, GuardChain(self.guards), self.addons, RepairChannel(self.upstreams, self.addons),
+            settings,
+            GuardChain(self.guards),
+            self.addons,
+            RepairChannel(self.upstreams, self.addons),
             continuations,
         )
         self.handler = ProxyHandler(settings, self.upstreams, self.enforcer, self.addons)

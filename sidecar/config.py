@@ -155,9 +155,7 @@ class Settings(_Section):
     agent_labels: dict[str, str] = Field(default_factory=dict)
 
     _check_listen = field_validator("listen", "admin_listen")(classmethod(lambda cls, v: _host_port(v)))
-    _check_upstreams = field_validator("anthropic_upstream", "openai_upstream")(
-        classmethod(lambda cls, v: _origin(v))
-    )
+    _check_upstreams = field_validator("anthropic_upstream", "openai_upstream")(classmethod(lambda cls, v: _origin(v)))
 
     @field_validator("agent_labels", mode="before")
     @classmethod

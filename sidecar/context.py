@@ -44,9 +44,7 @@ class CallCheck:
     verdict: Verdict = field(default_factory=Verdict.allow)
     validation: Verdict | None = None
     replay: dict[str, Any] = field(default_factory=lambda: {"count": 0, "first_seen": None})
-    approval: dict[str, Any] = field(
-        default_factory=lambda: {"status": "none", "id": None, "approved_by": None}
-    )
+    approval: dict[str, Any] = field(default_factory=lambda: {"status": "none", "id": None, "approved_by": None})
     # Set by the policy guard when a human must approve; the approval guard acts on it.
     approval_request: dict[str, Any] | None = None
     policy_reasons: list[str] = field(default_factory=list)

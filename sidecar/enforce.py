@@ -94,9 +94,7 @@ class Enforcer:
             return Settlement(final, True)
         return await self._repair(exchange, reply, cut, checks)
 
-    async def _repair(
-        self, exchange: Exchange, first: Reply, cut: int, checks: list[CallCheck]
-    ) -> Settlement:
+    async def _repair(self, exchange: Exchange, first: Reply, cut: int, checks: list[CallCheck]) -> Settlement:
         dialect = exchange.dialect
         request = exchange.request
         current = first
@@ -135,9 +133,7 @@ class Enforcer:
         final = self._merge(exchange, first, cut, blocked, spent) if spent else blocked
         return Settlement(final, True, exchange.repair_rounds)
 
-    async def _block(
-        self, exchange: Exchange, reply: Reply, checks: list[CallCheck], report: bool = True
-    ) -> Reply:
+    async def _block(self, exchange: Exchange, reply: Reply, checks: list[CallCheck], report: bool = True) -> Reply:
         """Remove every call of the turn and say why in text: no half-refused set.
 
         `report=False`: these checks were reported when their (failed) repair round began;

@@ -122,7 +122,8 @@ class ProxyHandler:
         upstream = await self.upstreams.open(request.method, url, headers, body)
         async with upstream:
             downstream = web.StreamResponse(
-                status=upstream.status, reason=upstream.reason,
+                status=upstream.status,
+                reason=upstream.reason,
                 headers=downstream_response_headers(upstream.headers),
             )
             await downstream.prepare(request)

@@ -18,6 +18,11 @@ def test_ruff_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_ruff_format_is_clean() -> None:
+    result = _run("ruff", "format", "--check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_mypy_is_clean() -> None:
     result = _run("mypy", "sidecar")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -30,10 +30,17 @@ def test_defaults_are_the_public_apis_on_loopback():
 
 
 def test_flags_beat_environment_beat_file(tmp_path):
-    config = _write(tmp_path, "listen: 127.0.0.1:1000\nadmin_listen: 127.0.0.1:2000\n"
-                              "openai_upstream: http://file.example\npolicy:\n  engine: opa\n")
-    environ = {"SIDECAR_ADMIN_LISTEN": "127.0.0.1:3000", "SIDECAR_OPENAI_UPSTREAM": "http://env.example",
-               "SIDECAR_POLICY__ON_ERROR": "allow", "SIDECAR_ENFORCEMENT__MAX_REPAIR_ROUNDS": "1"}
+    config = _write(
+        tmp_path,
+        "listen: 127.0.0.1:1000\nadmin_listen: 127.0.0.1:2000\n"
+        "openai_upstream: http://file.example\npolicy:\n  engine: opa\n",
+    )
+    environ = {
+        "SIDECAR_ADMIN_LISTEN": "127.0.0.1:3000",
+        "SIDECAR_OPENAI_UPSTREAM": "http://env.example",
+        "SIDECAR_POLICY__ON_ERROR": "allow",
+        "SIDECAR_ENFORCEMENT__MAX_REPAIR_ROUNDS": "1",
+    }
     settings = load_settings(config, {"openai_upstream": "http://flag.example", "listen": None}, environ)
     assert settings.listen == "127.0.0.1:1000"  # file (flag not given)
     assert settings.admin_listen == "127.0.0.1:3000"  # environment over file
@@ -68,16 +75,26 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 def test_sidecar_run_refuses_a_bad_config_and_starts_on_a_good_one(tmp_path):
     bad = _write(tmp_path, "policy:\n  engine: rego-ish\n")
-    result = subprocess.run([sys.executable, "-m", "sidecar.cli", "run", "--config", str(bad)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "run", "--config", str(bad)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "policy.engine" in result.stderr
 
     proxy, admin = free_port(), free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "sidecar.cli", "run", "--listen", f"127.0.0.1:{proxy}",
-         "--admin-listen", f"127.0.0.1:{admin}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            "run",
+            "--listen",
+            f"127.0.0.1:{proxy}",
+            "--admin-listen",
+            f"127.0.0.1:{admin}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 30

@@ -113,7 +113,8 @@ async def _decide(request: web.Request, decision: Decision) -> web.StreamRespons
         current = await service.store.get_approval(approval_id)
         by = f" by {current.decided_by}" if current is not None and current.decided_by else ""
         return _error(
-            409, "conflict",
+            409,
+            "conflict",
             f"approval {approval_id} is already {exc.status}{by}; it can no longer be {decision}",
             status=exc.status,
         )

@@ -74,7 +74,8 @@ class AdminAuth:
         tokens = self.tokens()
         if not tokens:
             return AuthResult(
-                False, 403,
+                False,
+                403,
                 "no admin token is configured (set --admin-token-file or SIDECAR_ADMIN_TOKEN); "
                 "the approvals API refuses every request until one is",
             )

@@ -94,8 +94,11 @@ def _short(text: str, width: int) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    query = {k: v for k, v in (("status", args.status), ("group", args.group), ("tool", args.tool),
-                               ("session", args.session)) if v}  # fmt: skip
+    query = {
+        k: v
+        for k, v in (("status", args.status), ("group", args.group), ("tool", args.tool), ("session", args.session))
+        if v
+    }
     path = "/approvals" + ("?" + urllib.parse.urlencode(query) if query else "")
     approvals = _call(args, "GET", path)["approvals"]
     if args.json:
@@ -106,8 +109,15 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     now = time.time()
     rows = [
-        [a["id"], a["status"], a["tool"], a["group"], _short(a["session"], 24), _when(a["expires"], now),
-         _short("; ".join(a["reasons"]), 60)]
+        [
+            a["id"],
+            a["status"],
+            a["tool"],
+            a["group"],
+            _short(a["session"], 24),
+            _when(a["expires"], now),
+            _short("; ".join(a["reasons"]), 60),
+        ]
         for a in approvals
     ]
     print(_table(rows, ["ID", "STATUS", "TOOL", "GROUP", "SESSION", "EXPIRES", "REASONS"]))
@@ -172,12 +182,14 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--admin-url", default=os.environ.get("SIDECAR_ADMIN_URL", DEFAULT_ADMIN_URL),
+        "--admin-url",
+        default=os.environ.get("SIDECAR_ADMIN_URL", DEFAULT_ADMIN_URL),
         help=f"admin API base URL (env SIDECAR_ADMIN_URL, default {DEFAULT_ADMIN_URL})",
     )
     common.add_argument("--token", help="admin bearer token (env SIDECAR_ADMIN_TOKEN)")
-    common.add_argument("--token-file", metavar="FILE", help="file whose first line is the token "
-                        "(env SIDECAR_ADMIN_TOKEN_FILE)")
+    common.add_argument(
+        "--token-file", metavar="FILE", help="file whose first line is the token (env SIDECAR_ADMIN_TOKEN_FILE)"
+    )
     common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the admin API")
     common.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
 

@@ -132,8 +132,7 @@ class ApprovalService:
             existing = await self.store.find_approval(session, tool, args_hash)
             now = self.clock()
             if existing is not None and (
-                existing.status in ("pending", "denied")
-                or (existing.status == "approved" and now < existing.expires)
+                existing.status in ("pending", "denied") or (existing.status == "approved" and now < existing.expires)
             ):
                 return existing, False
             matcher = self.settings.rejection_log.redact_keys
@@ -193,9 +192,7 @@ class ApprovalService:
 
     # -- the human side ------------------------------------------------------------------
 
-    async def decide(
-        self, approval_id: str, decision: Decision, by: str, comment: str | None, token: str
-    ) -> Approval:
+    async def decide(self, approval_id: str, decision: Decision, by: str, comment: str | None, token: str) -> Approval:
         """Atomic pending → approved/denied. Raises ApprovalConflict / ApprovalNotFound."""
         a = await self.store.decide_approval(approval_id, decision, by, comment, self.clock())
         self.metrics.approval(decision)

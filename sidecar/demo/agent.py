@@ -61,7 +61,9 @@ def run_tool(name: str, arguments: dict[str, Any]) -> str:
 class SupportAgent:
     def __init__(self, base_url: str, say: ToolLog, session: str) -> None:
         self.client = anthropic.AsyncAnthropic(
-            base_url=base_url, api_key="sk-ant-demo-not-a-real-key", max_retries=0,
+            base_url=base_url,
+            api_key="sk-ant-demo-not-a-real-key",
+            max_retries=0,
             default_headers={"X-Sidecar-Session": session},
         )
         self.say = say
@@ -73,7 +75,10 @@ class SupportAgent:
         self.messages.append({"role": "user", "content": user})
         for _ in range(max_steps):
             async with self.client.messages.stream(
-                model="claude-demo", max_tokens=512, tools=TOOLS, messages=self.messages,  # type: ignore[arg-type]
+                model="claude-demo",
+                max_tokens=512,
+                tools=TOOLS,  # type: ignore[arg-type]
+                messages=self.messages,  # type: ignore[arg-type]
             ) as stream:
                 message = await stream.get_final_message()
             blocks = [b.model_dump(exclude_none=True) for b in message.content]

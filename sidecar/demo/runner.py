@@ -47,11 +47,11 @@ async def _scene(number: int, scene: Scene, model: ScriptedModel, sidecar: Runni
         problems = "; ".join(f"{e['field']}: {e['problem']}" for e in record.get("errors", [])) or "; ".join(
             record.get("reasons", [])
         )
-        _say(f"  sidecar saw: {record['tool']} {json.dumps(record['arguments'])} → {record.get('status')} "
-             f"({problems}) → {record['action']}")
-    rounds = sum(1 for r in model.requests if r.protocol) - len(
-        [m for m in agent.messages if m["role"] == "assistant"]
-    )
+        _say(
+            f"  sidecar saw: {record['tool']} {json.dumps(record['arguments'])} → {record.get('status')} "
+            f"({problems}) → {record['action']}"
+        )
+    rounds = sum(1 for r in model.requests if r.protocol) - len([m for m in agent.messages if m["role"] == "assistant"])
     if rounds > 0:
         _say(f"  sidecar held {rounds} repair round(s) with the model on the agent's behalf")
     _say(f"  → {scene.explain}")
@@ -96,8 +96,10 @@ async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> i
                     verdicts = ", ".join(f"{k} {v}" for k, v in sorted(stats["calls_by_verdict"].items()))
                     p50 = stats["latency_seconds"]["p50"]
                     latency = f"{p50 * 1000:.1f} ms" if p50 is not None else "n/a"
-                    _say(f"  {tool}: calls {stats['calls']} ({verdicts}); results {stats['results']}; "
-                         f"p50 tool latency {latency}; replays {stats['replays']}; repairs {stats['repairs']}")
+                    _say(
+                        f"  {tool}: calls {stats['calls']} ({verdicts}); results {stats['results']}; "
+                        f"p50 tool latency {latency}; replays {stats['replays']}; repairs {stats['repairs']}"
+                    )
             finally:
                 await sidecar.stop()
     sys.stdout.flush()

@@ -26,9 +26,7 @@ class HumanScene(Scene):
     """`then` lists (step, next user message): the runner calls the step with the running
     sidecar and the printer (a person acting between turns), then runs the next user turn."""
 
-    then: list[tuple[Callable[[Running, Callable[[str], None]], Awaitable[None]], str]] = field(
-        default_factory=list
-    )
+    then: list[tuple[Callable[[Running, Callable[[str], None]], Awaitable[None]], str]] = field(default_factory=list)
 
 
 SEARCH_OK = ToolCallSpec("support_tickets_search", {"query": "refund", "status": "OPEN", "limit": 5})
@@ -56,8 +54,10 @@ async def _support_lead_approves(sidecar: Running, say: Callable[[str], None]) -
     async with aiohttp.ClientSession(headers=auth) as http:
         async with http.get(f"{sidecar.admin_url}/approvals") as response:
             [waiting] = (await response.json())["approvals"]
-        say(f"  support lead → sidecar approvals list: {waiting['id']} {waiting['tool']} "
-            f"to {waiting['arguments']['to']} ({waiting['group']})")
+        say(
+            f"  support lead → sidecar approvals list: {waiting['id']} {waiting['tool']} "
+            f"to {waiting['arguments']['to']} ({waiting['group']})"
+        )
         body = {"by": "lee", "comment": "partner address, fine"}
         async with http.post(f"{sidecar.admin_url}/approvals/{waiting['id']}/approve", json=body) as response:
             decided = await response.json()
@@ -75,13 +75,19 @@ SCENES: list[Scene] = [
         "Argument lockdown: a sloppy call is refused, repaired by the model, then allowed",
         "Any open refund tickets? Show 10.",
         [
-            Turn(text="Searching.", tool_calls=[ToolCallSpec(
-                "support_tickets_search", {"query": "refund", "status": "open", "limit": "10"})]),
-            Turn(text="Corrected.", tool_calls=[ToolCallSpec(
-                "support_tickets_search", {"query": "refund", "status": "OPEN", "limit": 10})]),
+            Turn(
+                text="Searching.",
+                tool_calls=[
+                    ToolCallSpec("support_tickets_search", {"query": "refund", "status": "open", "limit": "10"})
+                ],
+            ),
+            Turn(
+                text="Corrected.",
+                tool_calls=[ToolCallSpec("support_tickets_search", {"query": "refund", "status": "OPEN", "limit": 10})],
+            ),
             Turn(text="One open refund ticket: T-1042."),
         ],
-        "The agent never saw the call with \"open\" and \"10\": the model got a structured error and fixed it.",
+        'The agent never saw the call with "open" and "10": the model got a structured error and fixed it.',
     ),
     Scene(
         "Replay: the model sends the same reply twice; the second is answered from the ledger",
@@ -89,10 +95,12 @@ SCENES: list[Scene] = [
         [
             Turn(text="Sending the reply.", tool_calls=[_SEND_REFUND_NOTE]),
             Turn(text="Let me send that to be sure.", tool_calls=[_SEND_REFUND_NOTE]),
-            Turn(text="The sidecar tells me this exact reply was already sent earlier, so I did not send it "
-                      "again. The customer has been told."),
+            Turn(
+                text="The sidecar tells me this exact reply was already sent earlier, so I did not send it "
+                "again. The customer has been told."
+            ),
         ],
-        "The agent ran the send once. The repeat never reached it: the model was told \"this was already "
+        'The agent ran the send once. The repeat never reached it: the model was told "this was already '
         "done at …\" with the original call's time and result (status replayed).",
         settings={"tools": {"support_replies_send": {"side_effects": True}}},
     ),
@@ -101,8 +109,10 @@ SCENES: list[Scene] = [
         "Tell bob@partner.example.org that the refund for T-1042 was approved.",
         [
             Turn(text="Sending the reply.", tool_calls=[_SEND_OUTSIDE]),
-            Turn(text="This reply goes to an address outside example.com, so it awaits approval by "
-                      "support-leads. I will send it once it is approved."),
+            Turn(
+                text="This reply goes to an address outside example.com, so it awaits approval by "
+                "support-leads. I will send it once it is approved."
+            ),
             Turn(text="It is approved now; sending.", tool_calls=[_SEND_OUTSIDE]),
             Turn(text="Done: Bob has been told."),
         ],
@@ -119,8 +129,10 @@ SCENES: list[Scene] = [
         "Send the refund confirmation for T-1042 to ana.refund@mailinator.com.",
         [
             Turn(text="Sending the confirmation.", tool_calls=[_SEND_TO_BLOCKED_DOMAIN]),
-            Turn(text="I could not send it: policy refuses replies to mailinator.com addresses (a blocked "
-                      "domain). Shall I send it to the customer's address on file instead?"),
+            Turn(
+                text="I could not send it: policy refuses replies to mailinator.com addresses (a blocked "
+                "domain). Shall I send it to the customer's address on file instead?"
+            ),
         ],
         "The Rego policy (policies/data.json: blocked_recipients of support_replies_send) denied the call. "
         "The model got {status: denied, reasons: [...]} in a repair round and explained it; the send never ran.",

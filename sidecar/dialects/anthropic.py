@@ -66,7 +66,11 @@ def _call_from_block(block: dict[str, Any], ordinal: int) -> ToolCall:
         return ToolCall(str(block.get("id", "")), str(block.get("name", "")), value, compact(value), ordinal)
     raw = compact(value)
     return ToolCall(
-        str(block.get("id", "")), str(block.get("name", "")), None, raw, ordinal,
+        str(block.get("id", "")),
+        str(block.get("name", "")),
+        None,
+        raw,
+        ordinal,
         parse_error="input must be a JSON object",
     )
 
@@ -82,9 +86,7 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(
-            str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"
-        )
+        return " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
     return ""
 
 

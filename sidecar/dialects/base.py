@@ -152,9 +152,7 @@ def parse_arguments(raw: str | None) -> tuple[dict[str, Any] | None, str | None]
     except TooDeep as exc:
         return None, str(exc)
     if not isinstance(value, dict):
-        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-            type(value), "a number"
-        )
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
         return None, f"arguments must be a JSON object, got {kind}"
     return value, None
 
@@ -306,9 +304,7 @@ class Dialect(ABC):
         """The next request on the agent's behalf: the conversation, the model's turn, and
         one tool result per call of that turn (outputs are in call order)."""
 
-    def add_withheld_outputs(
-        self, body: dict[str, Any], outputs: dict[str, str]
-    ) -> dict[str, Any]:
+    def add_withheld_outputs(self, body: dict[str, Any], outputs: dict[str, str]) -> dict[str, Any]:
         """Answer calls the provider remembers but the agent never saw (stateful APIs)."""
         return body
 
@@ -342,8 +338,7 @@ class Dialect(ABC):
     def render_tail(self, reply: Reply, start: int, tail: TailState) -> bytes:
         """The stream from item `start` on, for a reply that differs from what was held."""
         parts = [
-            self.render_item(item, position, reply, tail)
-            for position, item in enumerate(reply.items[start:], start)
+            self.render_item(item, position, reply, tail) for position, item in enumerate(reply.items[start:], start)
         ]
         return b"".join(parts) + self.render_end(reply, tail)
 

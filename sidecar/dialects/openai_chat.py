@@ -79,9 +79,7 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
-        )
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p)
     return ""
 
 
@@ -508,8 +506,11 @@ class _ChatStream(StreamAssembler):
         item = self._calls.get(key)
         new = item is None
         if item is None:
-            wire = {"id": fragment.get("id") or "", "type": "function",
-                    "function": {"name": function.get("name") or "", "arguments": ""}}
+            wire = {
+                "id": fragment.get("id") or "",
+                "type": "function",
+                "function": {"name": function.get("name") or "", "arguments": ""},
+            }
             item = Item(ItemKind.CALL, wire)
             self._calls[key] = item
             self.items.append(item)
@@ -568,9 +569,7 @@ class _ChatStream(StreamAssembler):
                 item.call.arguments = None
                 item.call.parse_error = "the arguments were cut off (max_tokens reached)"
         message: dict[str, Any] = {"role": "assistant", "content": self.items[0].wire["text"] or None}
-        self.envelope["choices"] = [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish}
-        ]
+        self.envelope["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish}]
 
     def _key(self, item: Item) -> int:
         return next(k for k, v in self._calls.items() if v is item)

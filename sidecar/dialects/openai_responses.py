@@ -179,15 +179,24 @@ class OpenAIResponsesDialect(Dialect):
         if wire.get("type") == "function_call":
             arguments = wire.get("arguments", "")
             events = [
-                {"type": "response.output_item.added", **base,
-                 "item": {**wire, "status": "in_progress", "arguments": ""}},
+                {
+                    "type": "response.output_item.added",
+                    **base,
+                    "item": {**wire, "status": "in_progress", "arguments": ""},
+                },
                 {"type": "response.function_call_arguments.delta", "item_id": item_id, **base, "delta": arguments},
-                {"type": "response.function_call_arguments.done", "item_id": item_id, **base,
-                 "arguments": arguments, "name": wire.get("name")},
+                {
+                    "type": "response.function_call_arguments.done",
+                    "item_id": item_id,
+                    **base,
+                    "arguments": arguments,
+                    "name": wire.get("name"),
+                },
             ]
         elif wire.get("type") == "message":
-            events = [{"type": "response.output_item.added", **base,
-                       "item": {**wire, "status": "in_progress", "content": []}}]
+            events = [
+                {"type": "response.output_item.added", **base, "item": {**wire, "status": "in_progress", "content": []}}
+            ]
             parts = [part for part in as_list(wire.get("content")) if isinstance(part, dict)]
             for index, part in enumerate(parts):
                 where = {"item_id": item_id, **base, "content_index": index}

@@ -128,8 +128,10 @@ class ApprovalGuard(Guard):
             return Verdict(
                 VerdictKind.APPROVAL,
                 "approval_required",
-                reasons=[*check.verdict.reasons, "approvals are unavailable right now (state backend down); "
-                         "try again later"],
+                reasons=[
+                    *check.verdict.reasons,
+                    "approvals are unavailable right now (state backend down); try again later",
+                ],
                 retryable=True,
             )
         return None
@@ -209,7 +211,10 @@ class ApprovalGuard(Guard):
             if await self._consume(check, final):
                 return Verdict.allow()
             return Verdict(
-                VerdictKind.DENY, "denied", retryable=True, details={"approval_id": a.id},
+                VerdictKind.DENY,
+                "denied",
+                retryable=True,
+                details={"approval_id": a.id},
                 reasons=[f"approval {a.id} was used by an identical call; re-issue to request a new one"],
             )
         if final.status == "denied":

@@ -151,9 +151,7 @@ class CompiledSchema:
                 unique.append(error_)
         return unique[:MAX_ERRORS]
 
-    def _convert(
-        self, error: jsonschema_rs.ValidationError, args: Any, weak: list[FieldError]
-    ) -> list[FieldError]:
+    def _convert(self, error: jsonschema_rs.ValidationError, args: Any, weak: list[FieldError]) -> list[FieldError]:
         """One validator error as FieldErrors (several for unknown properties).
 
         `weak` collects unevaluated properties that some branch does declare: when a oneOf
@@ -241,9 +239,7 @@ class CompiledSchema:
         elif isinstance(kind, jsonschema_rs.ValidationErrorKind.UniqueItems):
             problem = f"the items of {shown} are not unique"
         elif isinstance(kind, jsonschema_rs.ValidationErrorKind.OneOfMultipleValid):
-            problem = (
-                f"{shown} matches more than one of the allowed shapes (exactly one must match)"
-            )
+            problem = f"{shown} matches more than one of the allowed shapes (exactly one must match)"
         elif isinstance(kind, jsonschema_rs.ValidationErrorKind.FalseSchema):
             if path and isinstance(path[-1], str):
                 return [
@@ -291,13 +287,10 @@ class CompiledSchema:
         """anyOf/oneOf: a type error if only the type is wrong, else the closest shape's errors."""
         where = msg.field_path(path)
         node_ptr = tuple(error.schema_path[:-1])
-        expected = self._expected(
-            node_ptr, pointer_get(self.root, node_ptr), tuple(error.evaluation_path)
-        )
+        expected = self._expected(node_ptr, pointer_get(self.root, node_ptr), tuple(error.evaluation_path))
         type_kind = jsonschema_rs.ValidationErrorKind.Type
         if context and all(
-            len(b) == 1 and isinstance(b[0].kind, type_kind) and list(b[0].instance_path) == path
-            for b in context
+            len(b) == 1 and isinstance(b[0].kind, type_kind) and list(b[0].instance_path) == path for b in context
         ):
             types: list[str] = []
             for branch in context:
@@ -307,9 +300,7 @@ class CompiledSchema:
             return [FieldError(where, _type_problem(types, actual), expected, "type")]
 
         def score(branch: list[jsonschema_rs.ValidationError]) -> tuple[bool, bool, int]:
-            wrong_type = any(
-                isinstance(e.kind, type_kind) and list(e.instance_path) == path for e in branch
-            )
+            wrong_type = any(isinstance(e.kind, type_kind) and list(e.instance_path) == path for e in branch)
             wrong_tag = any(
                 isinstance(
                     e.kind,
@@ -334,9 +325,7 @@ class CompiledSchema:
         problem = f"{msg.render(actual)} does not match any of the allowed shapes"
         return [FieldError(where, problem, "one of: " + expected, "other")]
 
-    def expected_at(
-        self, pointer: JsonPointer, evaluation: tuple[str | int, ...] | None = None
-    ) -> str:
+    def expected_at(self, pointer: JsonPointer, evaluation: tuple[str | int, ...] | None = None) -> str:
         """The `expected` text the model receives for a value failing at schema location
         `pointer`, reached through `evaluation` (the keyword path, via `$ref`s; default: the
         pointer itself). Public so `sidecar schemas lint` shows the lockdown's own wording."""
@@ -372,11 +361,7 @@ class CompiledSchema:
             return "no other properties"
         names = declared_names(node, self._resolve)
         patterns = node.get("patternProperties")
-        text = (
-            "only the declared properties: " + ", ".join(names[: msg.MAX_LISTED])
-            if names
-            else "no properties"
-        )
+        text = "only the declared properties: " + ", ".join(names[: msg.MAX_LISTED]) if names else "no properties"
         if isinstance(patterns, dict) and patterns:
             text += " (or names matching " + msg.join_or(list(patterns)) + ")"
         return text
@@ -427,9 +412,7 @@ class CompiledSchema:
 
 
 def _unknown(path: list[str | int], name: str, expected: str) -> FieldError:
-    return FieldError(
-        msg.field_path([*path, name]), f'unknown property "{name}"', expected, "unknown_property"
-    )
+    return FieldError(msg.field_path([*path, name]), f'unknown property "{name}"', expected, "unknown_property")
 
 
 def _description_of(node: Any) -> str | None:
@@ -477,9 +460,7 @@ def _has_nonfinite(value: Any) -> bool:
     return False
 
 
-def _nonfinite_paths(
-    value: Any, path: tuple[str | int, ...] = ()
-) -> list[tuple[tuple[str | int, ...], float]]:
+def _nonfinite_paths(value: Any, path: tuple[str | int, ...] = ()) -> list[tuple[tuple[str | int, ...], float]]:
     if isinstance(value, float):
         return [] if math.isfinite(value) else [(path, value)]
     out: list[tuple[tuple[str | int, ...], float]] = []
@@ -501,9 +482,7 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
-def compile_schema(
-    schema: dict[str, Any], reject_unknown: bool, assert_formats: bool
-) -> CompiledSchema:
+def compile_schema(schema: dict[str, Any], reject_unknown: bool, assert_formats: bool) -> CompiledSchema:
     """Prepare and compile once; everything the error path needs is derived here."""
     original = deep_copy(schema)
     prepared = lock_unknown_properties(original) if reject_unknown else original
@@ -517,10 +496,7 @@ def compile_schema(
         except Exception as exc2:
             return CompiledSchema(None, original, {}, compile_error=_first_line(exc2))
     resolve = make_resolver(prepared)
-    expected = {
-        pointer: msg.describe(node, resolve, with_description=False)
-        for pointer, node in walk(prepared)
-    }
+    expected = {pointer: msg.describe(node, resolve, with_description=False) for pointer, node in walk(prepared)}
     return CompiledSchema(validator, prepared, expected)
 
 
@@ -601,8 +577,7 @@ class Lockdown:
                 [
                     FieldError(
                         "",
-                        f"the declared schema of tool {declaration.name!r} cannot be used: "
-                        f"{entry.compile_error}",
+                        f"the declared schema of tool {declaration.name!r} cannot be used: {entry.compile_error}",
                         "a tool declaration with a valid JSON Schema",
                         "other",
                     )

@@ -106,11 +106,7 @@ def _plural(n: Any, word: str) -> str:
 
 def _bounds(lo: Any, hi: Any, noun: str) -> str:
     if lo is not None and hi is not None:
-        return (
-            f"of exactly {_plural(lo, noun)}"
-            if lo == hi
-            else f"of {_num(lo)} to {_plural(hi, noun)}"
-        )
+        return f"of exactly {_plural(lo, noun)}" if lo == hi else f"of {_num(lo)} to {_plural(hi, noun)}"
     if lo is not None:
         return f"of at least {_plural(lo, noun)}"
     if hi is not None:
@@ -245,9 +241,7 @@ def _describe_node(node: dict[str, Any], resolve: Resolve, depth: int) -> str:
         more = f" (and {len(enum) - MAX_LISTED} more)" if len(enum) > MAX_LISTED else ""
         return f"one of {shown}{more}"
     types = node.get("type")
-    type_list = (
-        [types] if isinstance(types, str) else [t for t in types or [] if isinstance(t, str)]
-    )
+    type_list = [types] if isinstance(types, str) else [t for t in types or [] if isinstance(t, str)]
     if type_list:
         return join_or([_describe_type(t, node, depth, resolve) for t in type_list])
     for key in ("anyOf", "oneOf"):
@@ -257,9 +251,7 @@ def _describe_node(node: dict[str, Any], resolve: Resolve, depth: int) -> str:
             return join_or(shapes)
     all_of = node.get("allOf")
     if isinstance(all_of, list) and all_of and depth < _MAX_DEPTH:
-        return " and ".join(
-            describe(b, resolve, depth + 1, with_description=False) for b in all_of[:4]
-        )
+        return " and ".join(describe(b, resolve, depth + 1, with_description=False) for b in all_of[:4])
     if "properties" in node:
         return _describe_type("object", node, depth, resolve)
     if "items" in node or "prefixItems" in node:

@@ -49,6 +49,7 @@ from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.replay")
 
+
 def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 

@@ -164,9 +164,7 @@ class ResultMatcher(Addon):
             self.metrics.tool_result(tool or "", "error" if outcome == "error" else "ok", latency)
             if call is not None:
                 try:
-                    await self.store.record_result(
-                        exchange.session, result.call_id, text, outcome == "error", arrived
-                    )
+                    await self.store.record_result(exchange.session, result.call_id, text, outcome == "error", arrived)
                 except StateUnavailable as exc:
                     self._state_error(exc)
         for kind in anomalies:

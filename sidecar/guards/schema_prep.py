@@ -239,9 +239,7 @@ def lock_unknown_properties(schema: dict[str, Any]) -> dict[str, Any]:
             continue
         if "unevaluatedProperties" in node:
             continue
-        if _is_composite(node) or (
-            _is_pure_ref(node) and id(resolve(str(node["$ref"]))) in fragment
-        ):
+        if _is_composite(node) or (_is_pure_ref(node) and id(resolve(str(node["$ref"]))) in fragment):
             _lock_owner(node, resolve, old)
         elif "properties" in node and isinstance(node["properties"], dict):
             node["additionalProperties"] = False
@@ -258,10 +256,7 @@ def _lock_owner(node: dict[str, Any], resolve: Callable[[str], Any], old: bool) 
     if "$ref" in node or "not" in node or "if" in node:
         return  # drafts 4-7 ignore siblings of $ref; `not`/`if` make a name union unsound
     branches = closure[1:]
-    if any(
-        "patternProperties" in b or b.get("additionalProperties", False) is not False
-        for b in branches
-    ):
+    if any("patternProperties" in b or b.get("additionalProperties", False) is not False for b in branches):
         return
     props = node.setdefault("properties", {})
     if not isinstance(props, dict):

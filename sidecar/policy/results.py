@@ -40,7 +40,6 @@ def _field(record: Any, name: str, default: Any = None) -> Any:
 class ResultPolicy(PolicyAddon):
     name = "policy_results"
 
-
     async def request(self, exchange: Exchange) -> None:
         await self.evaluate(exchange)
 

@@ -29,7 +29,6 @@ class ToolListFilter(PolicyAddon):
 
     name = "policy_tool_list"
 
-
     async def request(self, exchange: Exchange) -> None:
         declared = exchange.view.declarations
         if self.mode == "off" or not declared:

@@ -6,10 +6,20 @@ from collections.abc import Iterable, Mapping
 
 from multidict import CIMultiDict
 
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "trailers", "transfer-encoding", "upgrade", "proxy-connection",
-})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-connection",
+    }
+)
 # Every Proxy-* header concerns one hop (Proxy-Authorization, Proxy-Connection, vendor ones).
 HOP_BY_HOP_PREFIX = "proxy-"
 # Set by the sidecar itself on each side of the hop.

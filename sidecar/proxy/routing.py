@@ -25,9 +25,21 @@ from sidecar.model import Provider
 
 _ANTHROPIC_ONLY = ("/v1/messages", "/v1/complete")
 _OPENAI_ONLY = (
-    "/v1/chat/", "/v1/responses", "/v1/embeddings", "/v1/completions", "/v1/audio/",
-    "/v1/images/", "/v1/moderations", "/v1/assistants", "/v1/threads", "/v1/vector_stores",
-    "/v1/fine_tuning/", "/v1/uploads", "/v1/realtime", "/v1/conversations", "/v1/containers",
+    "/v1/chat/",
+    "/v1/responses",
+    "/v1/embeddings",
+    "/v1/completions",
+    "/v1/audio/",
+    "/v1/images/",
+    "/v1/moderations",
+    "/v1/assistants",
+    "/v1/threads",
+    "/v1/vector_stores",
+    "/v1/fine_tuning/",
+    "/v1/uploads",
+    "/v1/realtime",
+    "/v1/conversations",
+    "/v1/containers",
 )
 _PREFIXES = {"/anthropic": Provider.ANTHROPIC, "/openai": Provider.OPENAI}
 # Headers only the Anthropic SDK sends: they decide paths both providers serve (/v1/models).
@@ -83,7 +95,7 @@ def resolve(method: str, raw_path: str, headers: Mapping[str, str]) -> Route:
     path = canonical_path(raw_path)
     for prefix, provider in _PREFIXES.items():
         if path == prefix or path.startswith(prefix + "/"):
-            rest = path[len(prefix):] or "/"
+            rest = path[len(prefix) :] or "/"
             return Route(provider, rest, _dialect(method, _decision_path(rest), provider))
     decided = _decision_path(path)
     if _matches(decided, _ANTHROPIC_ONLY):

@@ -27,9 +27,7 @@ class Upstreams:
         connect_timeout_s: float,
     ) -> None:
         self.bases = {provider: URL(base) for provider, base in bases.items()}
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
-        )
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -46,15 +44,11 @@ class Upstreams:
         if self._session is not None:
             await self._session.close()
 
-    async def open(
-        self, method: str, url: URL, headers: Mapping[str, str], body: bytes
-    ) -> aiohttp.ClientResponse:
+    async def open(self, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> aiohttp.ClientResponse:
         """Send the request; the caller owns (and must release) the response."""
         assert self._session is not None, "Upstreams.start() was not awaited"
         try:
-            return await self._session.request(
-                method, url, headers=headers, data=body or None, allow_redirects=False
-            )
+            return await self._session.request(method, url, headers=headers, data=body or None, allow_redirects=False)
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise UpstreamError(504, f"upstream {url.origin()} timed out") from exc
         except aiohttp.ClientError as exc:

@@ -27,12 +27,18 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m sidecar.scripted",
-        description="Scripted stand-in for the Anthropic and OpenAI model APIs.")
-    parser.add_argument("--listen", type=parse_listen, default=("127.0.0.1", 8000),
-                        metavar="HOST:PORT", help="address to listen on (default %(default)s)")
-    parser.add_argument("--script", metavar="FILE.json",
-                        help="JSON list of turns; without it every answer is the exhausted text")
+        prog="python -m sidecar.scripted", description="Scripted stand-in for the Anthropic and OpenAI model APIs."
+    )
+    parser.add_argument(
+        "--listen",
+        type=parse_listen,
+        default=("127.0.0.1", 8000),
+        metavar="HOST:PORT",
+        help="address to listen on (default %(default)s)",
+    )
+    parser.add_argument(
+        "--script", metavar="FILE.json", help="JSON list of turns; without it every answer is the exhausted text"
+    )
     parser.add_argument("--loop", action="store_true", help="cycle the script forever")
     parser.add_argument("--seed", type=int, help="seed the ids for reproducible output")
     return parser

@@ -121,18 +121,24 @@ class AnthropicFormat(WireFormat):
     def error_type(self, status: int) -> str:
         return _ERROR_TYPES.get(status, "api_error")
 
-    def error_body(self, status: int, type_: str, message: str, code: str | None,
-                   param: str | None, request_id: str) -> dict[str, Any]:
-        return {"type": "error", "error": {"type": type_, "message": message},
-                "request_id": request_id}
+    def error_body(
+        self, status: int, type_: str, message: str, code: str | None, param: str | None, request_id: str
+    ) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
 
     def stream_error(self, reply: Reply, err: UpstreamError) -> list[Event]:
-        type_ = err.type or ("overloaded_error" if err.status in (500, 529) else
-                             self.error_type(err.status))
+        type_ = err.type or ("overloaded_error" if err.status in (500, 529) else self.error_type(err.status))
         message = err.message or ("Overloaded" if type_ == "overloaded_error" else "Error")
-        return [Event("error", {"type": "error",
-                                "error": {"details": None, "type": type_, "message": message},
-                                "request_id": reply.request_id})]
+        return [
+            Event(
+                "error",
+                {
+                    "type": "error",
+                    "error": {"details": None, "type": type_, "message": message},
+                    "request_id": reply.request_id,
+                },
+            )
+        ]
 
     # ---- rendering -------------------------------------------------------------------------
 
@@ -155,8 +161,14 @@ class AnthropicFormat(WireFormat):
             **reply.usage_extra,
         }
 
-    def _message(self, reply: Reply, content: list[dict[str, Any]], stop_reason: str | None,
-                 usage: dict[str, Any], streaming: bool) -> dict[str, Any]:
+    def _message(
+        self,
+        reply: Reply,
+        content: list[dict[str, Any]],
+        stop_reason: str | None,
+        usage: dict[str, Any],
+        streaming: bool,
+    ) -> dict[str, Any]:
         message: dict[str, Any] = {
             "model": reply.model,
             "id": reply.id,
@@ -181,18 +193,23 @@ class AnthropicFormat(WireFormat):
             return {"type": "thinking", "thinking": "", "signature": ""}
         if part.kind == "text":
             return {"type": "text", "text": ""}
-        return {"type": "tool_use", "id": part.call_id, "name": part.name, "input": {},
-                "caller": {"type": "direct"}}
+        return {"type": "tool_use", "id": part.call_id, "name": part.name, "input": {}, "caller": {"type": "direct"}}
 
     def open_part(self, reply: Reply, part: Part, index: int) -> list[Event]:
-        start = Event("content_block_start", {"type": "content_block_start", "index": index,
-                                              "content_block": self._initial_block(part)})
+        start = Event(
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": self._initial_block(part)},
+        )
         return [start, PING] if index == 0 else [start]
 
     def delta(self, reply: Reply, part: Part, index: int, fragment: str) -> list[Event]:
         delta_type, key = _DELTA_KEYS[part.kind]
-        return [Event("content_block_delta", {"type": "content_block_delta", "index": index,
-                                              "delta": {"type": delta_type, key: fragment}})]
+        return [
+            Event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": {"type": delta_type, key: fragment}},
+            )
+        ]
 
     def close_part(self, reply: Reply, part: Part, index: int) -> list[Event]:
         if part.truncated:
@@ -200,9 +217,14 @@ class AnthropicFormat(WireFormat):
         stop = Event("content_block_stop", {"type": "content_block_stop", "index": index})
         if part.kind != "thinking":
             return [stop]
-        signature = Event("content_block_delta", {
-            "type": "content_block_delta", "index": index,
-            "delta": {"type": "signature_delta", "signature": part.signature}})
+        signature = Event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "signature_delta", "signature": part.signature},
+            },
+        )
         return [signature, stop]
 
     def tail(self, reply: Reply) -> list[Event]:
@@ -215,19 +237,24 @@ class AnthropicFormat(WireFormat):
         if reply.reasoning_tokens:
             usage["output_tokens_details"] = {"thinking_tokens": reply.reasoning_tokens}
         usage.update(reply.usage_extra)
-        delta = {"stop_reason": self._stop_reason(reply), "stop_sequence": None,
-                 "stop_details": None}
-        return [Event("message_delta", {"type": "message_delta", "delta": delta,
-                                        "usage": usage}),
-                Event("message_stop", {"type": "message_stop"})]
+        delta = {"stop_reason": self._stop_reason(reply), "stop_sequence": None, "stop_details": None}
+        return [
+            Event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}),
+            Event("message_stop", {"type": "message_stop"}),
+        ]
 
     def _final_block(self, part: Part) -> dict[str, Any]:
         if part.kind == "thinking":
             return {"type": "thinking", "thinking": part.text, "signature": part.signature}
         if part.kind == "text":
             return {"type": "text", "text": part.text}
-        return {"type": "tool_use", "id": part.call_id, "name": part.name,
-                "input": _input_object(part), "caller": {"type": "direct"}}
+        return {
+            "type": "tool_use",
+            "id": part.call_id,
+            "name": part.name,
+            "input": _input_object(part),
+            "caller": {"type": "direct"},
+        }
 
     def body(self, reply: Reply) -> dict[str, Any]:
         content = [self._final_block(p) for p in reply.parts if not p.truncated]

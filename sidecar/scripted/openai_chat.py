@@ -31,8 +31,7 @@ def openai_error_type(status: int) -> str:
     return "invalid_request_error"
 
 
-def openai_error_body(message: str, type_: str, param: str | None,
-                      code: str | None) -> dict[str, Any]:
+def openai_error_body(message: str, type_: str, param: str | None, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
@@ -58,8 +57,9 @@ class OpenAIFormat(WireFormat):
             reply.body["error"]["code"] = "rate_limit_exceeded"
         return reply
 
-    def error_body(self, status: int, type_: str, message: str, code: str | None,
-                   param: str | None, request_id: str) -> dict[str, Any]:
+    def error_body(
+        self, status: int, type_: str, message: str, code: str | None, param: str | None, request_id: str
+    ) -> dict[str, Any]:
         return openai_error_body(message, type_, param, code)
 
 
@@ -87,7 +87,9 @@ class ChatFormat(OpenAIFormat):
                 if call_id not in run_ids:
                     return self.invalid_request(
                         "Invalid parameter: messages with role 'tool' must be a response to a "
-                        "preceeding message with 'tool_calls'.", param=f"messages.[{i}].role")
+                        "preceeding message with 'tool_calls'.",
+                        param=f"messages.[{i}].role",
+                    )
                 pending = [p for p in pending if p != call_id]
                 continue
             if pending:
@@ -101,12 +103,13 @@ class ChatFormat(OpenAIFormat):
         return self.invalid_request(
             "An assistant message with 'tool_calls' must be followed by tool messages "
             "responding to each 'tool_call_id'. The following tool_call_ids did not have "
-            f"response messages: {', '.join(ids)}", param=f"messages.[{index}].role")
+            f"response messages: {', '.join(ids)}",
+            param=f"messages.[{index}].role",
+        )
 
     def stream_error(self, reply: Reply, err: UpstreamError) -> list[Event]:
         error: dict[str, Any] = {
-            "message": err.message or "The server had an error while processing your "
-            "request. Sorry about that!",
+            "message": err.message or "The server had an error while processing your request. Sorry about that!",
             "type": err.type or openai_error_type(err.status),
         }
         if err.code is not None:
@@ -141,8 +144,7 @@ class ChatFormat(OpenAIFormat):
         options = reply.request.get("stream_options")
         return options if isinstance(options, dict) else {}
 
-    def _chunk(self, reply: Reply, choices: list[dict[str, Any]],
-               usage: dict[str, Any] | None = None) -> Event:
+    def _chunk(self, reply: Reply, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> Event:
         chunk: dict[str, Any] = {
             "id": reply.id,
             "object": "chat.completion.chunk",
@@ -159,8 +161,7 @@ class ChatFormat(OpenAIFormat):
             chunk["obfuscation"] = obfuscation(compact_json(choices))
         return Event(None, chunk)
 
-    def _delta(self, reply: Reply, delta: dict[str, Any],
-               finish_reason: str | None = None) -> list[Event]:
+    def _delta(self, reply: Reply, delta: dict[str, Any], finish_reason: str | None = None) -> list[Event]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         return [self._chunk(reply, [choice])]
 
@@ -172,8 +173,12 @@ class ChatFormat(OpenAIFormat):
     def open_part(self, reply: Reply, part: Part, index: int) -> list[Event]:
         if part.kind != "call":
             return []
-        header = {"index": part.ordinal, "id": part.call_id, "type": "function",
-                  "function": {"name": part.name, "arguments": ""}}
+        header = {
+            "index": part.ordinal,
+            "id": part.call_id,
+            "type": "function",
+            "function": {"name": part.name, "arguments": ""},
+        }
         return self._delta(reply, {"tool_calls": [header]})
 
     def delta(self, reply: Reply, part: Part, index: int, fragment: str) -> list[Event]:
@@ -195,12 +200,10 @@ class ChatFormat(OpenAIFormat):
 
     def body(self, reply: Reply) -> dict[str, Any]:
         texts = [p.text for p in reply.parts if p.kind == "text"]
-        message: dict[str, Any] = {"role": "assistant",
-                                   "content": "".join(texts) if texts else None}
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
         if reply.calls:
             message["tool_calls"] = [
-                {"id": p.call_id, "type": "function",
-                 "function": {"name": p.name, "arguments": p.text}}
+                {"id": p.call_id, "type": "function", "function": {"name": p.name, "arguments": p.text}}
                 for p in reply.calls
             ]
         message["refusal"] = None
@@ -210,8 +213,9 @@ class ChatFormat(OpenAIFormat):
             "object": "chat.completion",
             "created": reply.created,
             "model": reply.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": self._finish_reason(reply)}],
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish_reason(reply)}
+            ],
             "usage": self._usage(reply),
             "service_tier": "default",
             "system_fingerprint": "fp_5c7a1e0b9d",

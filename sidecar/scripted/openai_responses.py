@@ -77,19 +77,20 @@ class ResponsesFormat(OpenAIFormat):
             if stored is None:
                 return self.invalid_request(
                     f"Previous response with id '{previous}' not found.",
-                    param="previous_response_id", code="previous_response_not_found")
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                )
             required = _call_ids(stored.output, "function_call") + required
             known |= self._chain_calls(str(previous))
         outputs = _call_ids(items, "function_call_output")
         for call_id in outputs:
             if call_id not in known:
                 return self.invalid_request(
-                    f"No tool call found for function call output with call_id {call_id}.",
-                    param="input")
+                    f"No tool call found for function call output with call_id {call_id}.", param="input"
+                )
         for call_id in required:
             if call_id not in outputs:
-                return self.invalid_request(
-                    f"No tool output found for function call {call_id}.", param="input")
+                return self.invalid_request(f"No tool output found for function call {call_id}.", param="input")
         return None
 
     def _chain_calls(self, response_id: str | None) -> set[str]:
@@ -116,19 +117,24 @@ class ResponsesFormat(OpenAIFormat):
     def stream_error(self, reply: Reply, err: UpstreamError) -> list[Event]:
         type_ = err.type or openai_error_type(err.status)
         code = err.code or type_
-        message = err.message or ("The server had an error while processing your request. "
-                                  "Sorry about that!")
+        message = err.message or ("The server had an error while processing your request. Sorry about that!")
         error = {"type": type_, "code": code, "message": message, "param": None}
-        failed = self._response(reply, "failed", [], None, error={"code": code,
-                                                                   "message": message})
-        return [Event("error", {"type": "error", "error": error}),
-                Event("response.failed", {"type": "response.failed", "response": failed})]
+        failed = self._response(reply, "failed", [], None, error={"code": code, "message": message})
+        return [
+            Event("error", {"type": "error", "error": error}),
+            Event("response.failed", {"type": "response.failed", "response": failed}),
+        ]
 
     # ---- rendering -------------------------------------------------------------------------
 
-    def _response(self, reply: Reply, status: str, output: list[dict[str, Any]],
-                  usage: dict[str, Any] | None, error: dict[str, Any] | None = None,
-                  ) -> dict[str, Any]:
+    def _response(
+        self,
+        reply: Reply,
+        status: str,
+        output: list[dict[str, Any]],
+        usage: dict[str, Any] | None,
+        error: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         req = reply.request
         done = status != "in_progress"
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
@@ -188,8 +194,7 @@ class ResponsesFormat(OpenAIFormat):
             item["encrypted_content"] = "gAAAAAB" + part.signature
         reasoning = reply.request.get("reasoning")
         wants_summary = isinstance(reasoning, dict) and reasoning.get("summary")
-        item["summary"] = ([{"type": "summary_text", "text": part.text}]
-                           if final and wants_summary else [])
+        item["summary"] = [{"type": "summary_text", "text": part.text}] if final and wants_summary else []
         return item
 
     @staticmethod
@@ -200,42 +205,67 @@ class ResponsesFormat(OpenAIFormat):
         if part.kind == "thinking":
             return self._reasoning_item(reply, part, final=False)
         if part.kind == "text":
-            return {"id": part.item_id, "type": "message", "status": "in_progress",
-                    "content": [], "role": "assistant"}
-        return {"id": part.item_id, "type": "function_call", "status": "in_progress",
-                "arguments": "", "call_id": part.call_id, "name": part.name}
+            return {"id": part.item_id, "type": "message", "status": "in_progress", "content": [], "role": "assistant"}
+        return {
+            "id": part.item_id,
+            "type": "function_call",
+            "status": "in_progress",
+            "arguments": "",
+            "call_id": part.call_id,
+            "name": part.name,
+        }
 
     def _final_item(self, reply: Reply, part: Part) -> dict[str, Any]:
         if part.kind == "thinking":
             return self._reasoning_item(reply, part, final=True)
         if part.kind == "text":
-            return {"id": part.item_id, "type": "message", "status": "completed",
-                    "content": [self._text_part(part.text)], "role": "assistant"}
-        return {"id": part.item_id, "type": "function_call",
-                "status": "incomplete" if part.truncated else "completed",
-                "arguments": part.text, "call_id": part.call_id, "name": part.name}
+            return {
+                "id": part.item_id,
+                "type": "message",
+                "status": "completed",
+                "content": [self._text_part(part.text)],
+                "role": "assistant",
+            }
+        return {
+            "id": part.item_id,
+            "type": "function_call",
+            "status": "incomplete" if part.truncated else "completed",
+            "arguments": part.text,
+            "call_id": part.call_id,
+            "name": part.name,
+        }
 
     def _text_fields(self, part: Part, index: int) -> dict[str, Any]:
         return {"content_index": 0, "item_id": part.item_id, "output_index": index}
 
     def head(self, reply: Reply) -> list[Event]:
         response = self._response(reply, "in_progress", [], None)
-        return [Event(name, {"type": name, "response": response})
-                for name in ("response.created", "response.in_progress")]
+        return [
+            Event(name, {"type": name, "response": response}) for name in ("response.created", "response.in_progress")
+        ]
 
     def open_part(self, reply: Reply, part: Part, index: int) -> list[Event]:
-        events = [Event("response.output_item.added", {
-            "type": "response.output_item.added", "item": self._initial_item(reply, part),
-            "output_index": index})]
+        events = [
+            Event(
+                "response.output_item.added",
+                {"type": "response.output_item.added", "item": self._initial_item(reply, part), "output_index": index},
+            )
+        ]
         if part.kind == "text":
-            events.append(Event("response.content_part.added", {
-                "type": "response.content_part.added", **self._text_fields(part, index),
-                "part": self._text_part("")}))
+            events.append(
+                Event(
+                    "response.content_part.added",
+                    {
+                        "type": "response.content_part.added",
+                        **self._text_fields(part, index),
+                        "part": self._text_part(""),
+                    },
+                )
+            )
         return events
 
     def delta(self, reply: Reply, part: Part, index: int, fragment: str) -> list[Event]:
-        fields: dict[str, Any] = {"delta": fragment, "item_id": part.item_id,
-                                  "output_index": index}
+        fields: dict[str, Any] = {"delta": fragment, "item_id": part.item_id, "output_index": index}
         options = reply.request.get("stream_options")
         if not isinstance(options, dict) or options.get("include_obfuscation", True):
             fields["obfuscation"] = obfuscation(part.item_id + fragment)
@@ -251,20 +281,37 @@ class ResponsesFormat(OpenAIFormat):
     def close_part(self, reply: Reply, part: Part, index: int) -> list[Event]:
         events: list[Event] = []
         if part.kind == "call" and not part.truncated:
-            events.append(Event("response.function_call_arguments.done", {
-                "type": "response.function_call_arguments.done", "arguments": part.text,
-                "item_id": part.item_id, "output_index": index}))
+            events.append(
+                Event(
+                    "response.function_call_arguments.done",
+                    {
+                        "type": "response.function_call_arguments.done",
+                        "arguments": part.text,
+                        "item_id": part.item_id,
+                        "output_index": index,
+                    },
+                )
+            )
         elif part.kind == "text":
             fields = self._text_fields(part, index)
-            events.append(Event("response.output_text.done", {
-                "type": "response.output_text.done", **fields, "logprobs": [],
-                "text": part.text}))
-            events.append(Event("response.content_part.done", {
-                "type": "response.content_part.done", **fields,
-                "part": self._text_part(part.text)}))
-        events.append(Event("response.output_item.done", {
-            "type": "response.output_item.done", "item": self._final_item(reply, part),
-            "output_index": index}))
+            events.append(
+                Event(
+                    "response.output_text.done",
+                    {"type": "response.output_text.done", **fields, "logprobs": [], "text": part.text},
+                )
+            )
+            events.append(
+                Event(
+                    "response.content_part.done",
+                    {"type": "response.content_part.done", **fields, "part": self._text_part(part.text)},
+                )
+            )
+        events.append(
+            Event(
+                "response.output_item.done",
+                {"type": "response.output_item.done", "item": self._final_item(reply, part), "output_index": index},
+            )
+        )
         return events
 
     def tail(self, reply: Reply) -> list[Event]:
@@ -283,6 +330,4 @@ class ResponsesFormat(OpenAIFormat):
         if event.name == "error":  # the recorded error frame puts the number second
             return orjson.dumps({"type": "error", "sequence_number": seq, **rest})
         rest["sequence_number"] = seq
-        return orjson.dumps({"type": event.data.get("type"),
-                             **{k: rest[k] for k in sorted(rest)}})
-
+        return orjson.dumps({"type": event.data.get("type"), **{k: rest[k] for k in sorted(rest)}})

@@ -111,8 +111,7 @@ class Turn:
             raise ValueError(f"unknown turn field(s): {', '.join(sorted(unknown))}")
         kwargs = dict(data)
         kwargs["tool_calls"] = [
-            c if isinstance(c, ToolCallSpec) else ToolCallSpec.from_dict(c)
-            for c in data.get("tool_calls") or []
+            c if isinstance(c, ToolCallSpec) else ToolCallSpec.from_dict(c) for c in data.get("tool_calls") or []
         ]
         error = data.get("error")
         if isinstance(error, dict):

@@ -119,8 +119,7 @@ class ScriptedModel:
         """Listen on host:port (0 picks a free port) and return the base URL."""
         if self._runner is not None:
             return self.url
-        runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True,
-                               shutdown_timeout=1.0)
+        runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()
@@ -139,8 +138,9 @@ class ScriptedModel:
         await self.start()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.stop()
 
     # ---- HTTP ------------------------------------------------------------------------------
@@ -174,16 +174,15 @@ class ScriptedModel:
                 self.disconnects += 1
                 raise
         if request.method == "GET" and request.path.endswith(MODELS_PATH):
-            return self._json(self._anthropic if anthropic else self._openai,
-                              HttpReply(200, _model_list(anthropic)))
+            return self._json(self._anthropic if anthropic else self._openai, HttpReply(200, _model_list(anthropic)))
         return self._not_found(recorded, anthropic)
 
-    async def _model_request(self, request: web.Request, fmt: WireFormat,
-                             recorded: RecordedRequest) -> web.StreamResponse:
+    async def _model_request(
+        self, request: web.Request, fmt: WireFormat, recorded: RecordedRequest
+    ) -> web.StreamResponse:
         body = recorded.json
         if not isinstance(body, dict):
-            return self._json(fmt, fmt.invalid_request(
-                "We could not parse the JSON body of your request."))
+            return self._json(fmt, fmt.invalid_request("We could not parse the JSON body of your request."))
         rejection = fmt.check(body)
         if rejection is not None:
             return self._json(fmt, rejection)
@@ -198,17 +197,18 @@ class ScriptedModel:
         reply = plan_reply(fmt, turn, body, len(recorded.body))
         if not streaming:
             fmt.remember(reply)
-            return self._json(fmt, HttpReply(200, fmt.body(reply)), turn.gzip,
-                              reply.request_id)
+            return self._json(fmt, HttpReply(200, fmt.body(reply)), turn.gzip, reply.request_id)
         events = stream_events(fmt, reply)
         if turn.stream_error_after is not None:
             cut = min(max(0, turn.stream_error_after), len(events) - 1)
             events = events[:cut] + fmt.stream_error(reply, turn.error or UpstreamError())
-        response = web.StreamResponse(headers={
-            "Content-Type": "text/event-stream; charset=utf-8",
-            "Cache-Control": "no-cache",
-            fmt.request_id_header: reply.request_id,
-        })
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                fmt.request_id_header: reply.request_id,
+            }
+        )
         try:
             await response.prepare(request)
             for seq, event in enumerate(events):
@@ -223,13 +223,13 @@ class ScriptedModel:
             fmt.remember(reply)
         return response
 
-    def _json(self, fmt: WireFormat, reply: HttpReply, gzip: bool = False,
-              request_id: str | None = None) -> web.Response:
+    def _json(
+        self, fmt: WireFormat, reply: HttpReply, gzip: bool = False, request_id: str | None = None
+    ) -> web.Response:
         option = orjson.OPT_INDENT_2 if fmt.pretty_body else 0
         data = orjson.dumps(reply.body, option=option)
         rid = request_id or str(reply.body.get("request_id") or fmt.request_id())
-        headers = {"Content-Type": "application/json", fmt.request_id_header: rid,
-                   **reply.headers}
+        headers = {"Content-Type": "application/json", fmt.request_id_header: rid, **reply.headers}
         if gzip:
             data = gzip_codec.compress(data)
             headers["Content-Encoding"] = "gzip"
@@ -242,8 +242,9 @@ class ScriptedModel:
             body = fmt.error_body(404, "not_found_error", "Not Found", None, None, rid)
         else:
             fmt = self._openai
-            body = openai_error_body(f"Invalid URL ({recorded.method} {recorded.path})",
-                                     "invalid_request_error", None, None)
+            body = openai_error_body(
+                f"Invalid URL ({recorded.method} {recorded.path})", "invalid_request_error", None, None
+            )
         return self._json(fmt, HttpReply(404, body))
 
 
@@ -254,10 +255,19 @@ def _tokens(body: bytes) -> int:
 
 def _model_list(anthropic: bool) -> dict[str, Any]:
     if anthropic:
-        data = [{"type": "model", "id": m, "display_name": m.replace("-", " ").title(),
-                 "created_at": "2025-09-29T00:00:00Z"} for m in AnthropicFormat.models]
-        return {"data": data, "has_more": False, "first_id": data[0]["id"],
-                "last_id": data[-1]["id"]}
-    return {"object": "list", "data": [
-        {"id": m, "object": "model", "created": 1715367049, "owned_by": "system"}
-        for m in OpenAIFormat.models]}
+        data = [
+            {
+                "type": "model",
+                "id": m,
+                "display_name": m.replace("-", " ").title(),
+                "created_at": "2025-09-29T00:00:00Z",
+            }
+            for m in AnthropicFormat.models
+        ]
+        return {"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]}
+    return {
+        "object": "list",
+        "data": [
+            {"id": m, "object": "model", "created": 1715367049, "owned_by": "system"} for m in OpenAIFormat.models
+        ],
+    }

@@ -209,8 +209,9 @@ class WireFormat(ABC):
     def error_type(self, status: int) -> str: ...
 
     @abstractmethod
-    def error_body(self, status: int, type_: str, message: str, code: str | None,
-                   param: str | None, request_id: str) -> dict[str, Any]: ...
+    def error_body(
+        self, status: int, type_: str, message: str, code: str | None, param: str | None, request_id: str
+    ) -> dict[str, Any]: ...
 
     def http_error(self, err: UpstreamError, request_id: str) -> HttpReply:
         type_ = err.type or self.error_type(err.status)
@@ -218,8 +219,9 @@ class WireFormat(ABC):
         body = self.error_body(err.status, type_, message, err.code, None, request_id)
         return HttpReply(err.status, body, dict(err.headers))
 
-    def invalid_request(self, message: str, param: str | None = None,
-                        status: int = 400, code: str | None = None) -> HttpReply:
+    def invalid_request(
+        self, message: str, param: str | None = None, status: int = 400, code: str | None = None
+    ) -> HttpReply:
         type_ = "invalid_request_error"
         rid = self.request_id()
         return HttpReply(status, self.error_body(status, type_, message, code, param, rid))
@@ -278,16 +280,31 @@ def plan_reply(fmt: WireFormat, turn: Turn, request: dict[str, Any], raw_size: i
     """Turn a script turn into the neutral plan a format renders."""
     parts: list[Part] = []
     if turn.thinking is not None:
-        parts.append(Part("thinking", turn.thinking, split_words(turn.thinking),
-                          item_id=fmt.item_id("thinking"), signature=fmt.ids.b64(344)))
+        parts.append(
+            Part(
+                "thinking",
+                turn.thinking,
+                split_words(turn.thinking),
+                item_id=fmt.item_id("thinking"),
+                signature=fmt.ids.b64(344),
+            )
+        )
     if turn.text is not None:
-        parts.append(Part("text", turn.text, split_words(turn.text) if turn.text else [],
-                          item_id=fmt.item_id("text")))
+        parts.append(Part("text", turn.text, split_words(turn.text) if turn.text else [], item_id=fmt.item_id("text")))
     for ordinal, spec in enumerate(turn.tool_calls):
         args = fmt.arguments_text(spec)
-        parts.append(Part("call", args, fmt.argument_fragments(args), name=spec.name,
-                          call_id=spec.id or fmt.call_id(), item_id=fmt.item_id("call"),
-                          ordinal=ordinal, spec=spec))
+        parts.append(
+            Part(
+                "call",
+                args,
+                fmt.argument_fragments(args),
+                name=spec.name,
+                call_id=spec.id or fmt.call_id(),
+                item_id=fmt.item_id("call"),
+                ordinal=ordinal,
+                spec=spec,
+            )
+        )
     calls = [p for p in parts if p.kind == "call"]
     if turn.truncate_tool_input and calls:
         last = calls[-1]

@@ -115,9 +115,7 @@ def check_decidable(a: Approval | None, approval_id: str, now: float) -> Approva
     return a
 
 
-def decided(
-    a: Approval, status: Decision, decided_by: str, comment: str | None, now: float
-) -> Approval:
+def decided(a: Approval, status: Decision, decided_by: str, comment: str | None, now: float) -> Approval:
     return replace(a, status=status, decided_by=decided_by, comment=comment, decided_at=now)
 
 
@@ -125,9 +123,7 @@ def consumable(a: Approval | None, now: float) -> bool:
     return a is not None and a.status == "approved" and now < a.expires
 
 
-def matches(
-    a: Approval, status: str | None, group: str | None, tool: str | None, session: str | None
-) -> bool:
+def matches(a: Approval, status: str | None, group: str | None, tool: str | None, session: str | None) -> bool:
     return (
         (status is None or a.status == status)
         and (group is None or a.group == group)
@@ -148,8 +144,7 @@ class Limits:
 
     @classmethod
     def from_settings(cls, s: StateSettings, clock: Clock = time.time) -> Limits:
-        return cls(s.ledger_ttl_s, s.max_entries_per_session, s.max_entries_total,
-                   s.max_result_bytes, clock)
+        return cls(s.ledger_ttl_s, s.max_entries_per_session, s.max_entries_total, s.max_result_bytes, clock)
 
     def expires_at(self, rec: CallRecord) -> float:
         return rec.delivered_at + self.ttl_s
@@ -197,9 +192,7 @@ class StateStore(Protocol):
         """The call a result answers."""
         ...
 
-    async def record_result(
-        self, session: str, call_id: str, result: str, is_error: bool, at: float
-    ) -> bool:
+    async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         """Remember a call's result; False if the call is unknown or already has one."""
         ...
 

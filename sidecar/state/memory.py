@@ -131,9 +131,7 @@ class MemoryStore:
         rec = self._live(self._session(session), call_id)
         return replace(rec) if rec else None
 
-    async def record_result(
-        self, session: str, call_id: str, result: str, is_error: bool, at: float
-    ) -> bool:
+    async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         s = self._session(session)
         rec = self._live(s, call_id)
         if s is None or rec is None or rec.result_at is not None:

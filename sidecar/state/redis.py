@@ -47,8 +47,7 @@ from sidecar.state.base import (
     matches,
 )
 
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ReadOnlyError,
-                OSError, TimeoutError)
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ReadOnlyError, OSError, TimeoutError)
 
 # Shared Lua helpers; ARGV[1] is always the key prefix, ARGV[2] the session digest.
 _PRELUDE = """
@@ -82,7 +81,9 @@ end
 """
 
 # ARGV: P, S, call id, replay key, tool, expires ms, max/session, max total, field, value...
-_RECORD = _PRELUDE + """
+_RECORD = (
+    _PRELUDE
+    + """
 local cid, rk, tool, exp = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 local max_s, max_t = tonumber(ARGV[7]), tonumber(ARGV[8])
 local ck = call_key(S, cid)
@@ -109,24 +110,33 @@ while redis.call('ZCARD', P .. 'lru') > max_t do
 end
 return 1
 """
+)
 
 # ARGV: P, S, replay key -> the first delivery's fields (flat), or nil
-_FIND = _PRELUDE + """
+_FIND = (
+    _PRELUDE
+    + """
 local cid = first_of(ARGV[3])
 if not cid then return nil end
 return redis.call('HGETALL', call_key(S, cid))
 """
+)
 
 # ARGV: P, S, replay key -> new count, 0 if unknown
-_NOTE = _PRELUDE + """
+_NOTE = (
+    _PRELUDE
+    + """
 local cid = first_of(ARGV[3])
 if not cid then return 0 end
 touch(S, cid)
 return redis.call('HINCRBY', call_key(S, cid), 'count', 1)
 """
+)
 
 # ARGV: P, S, call id, field, value... -> 1 if stored, 0 if unknown or already answered
-_RESULT = _PRELUDE + """
+_RESULT = (
+    _PRELUDE
+    + """
 local ck = call_key(S, ARGV[3])
 if redis.call('EXISTS', ck) == 0 or redis.call('HEXISTS', ck, 'result_at') == 1 then
   return 0
@@ -135,6 +145,7 @@ redis.call('HSET', ck, unpack(ARGV, 4))
 touch(S, ARGV[3])
 return 1
 """
+)
 
 # KEYS: approval, pending index. ARGV: from, to, now, new body or '', 'live' | 'lapsed'.
 # 'live' requires now < expires (decide, consume); 'lapsed' requires now >= expires (expire).
@@ -168,11 +179,17 @@ def _record(session: str, call_id: str, h: Mapping[str, str]) -> CallRecord:
     is_error = h.get("result_is_error")
     result_at = h.get("result_at")
     return CallRecord(
-        session=session, call_id=call_id, tool=h["tool"], args_hash=h["args_hash"],
-        replay_key=h["replay_key"], delivered_at=float(h["delivered_at"]),
-        result=h.get("result"), result_is_error=None if is_error is None else is_error == "1",
+        session=session,
+        call_id=call_id,
+        tool=h["tool"],
+        args_hash=h["args_hash"],
+        replay_key=h["replay_key"],
+        delivered_at=float(h["delivered_at"]),
+        result=h.get("result"),
+        result_is_error=None if is_error is None else is_error == "1",
         result_at=None if result_at is None else float(result_at),
-        result_truncated=h.get("result_truncated") == "1", count=int(h["count"]),
+        result_truncated=h.get("result_truncated") == "1",
+        count=int(h["count"]),
     )
 
 
@@ -190,15 +207,21 @@ class RedisStore:
     name = "redis"
 
     def __init__(
-        self, url: str, limits: Limits | None = None, prefix: str = "sidecar:",
+        self,
+        url: str,
+        limits: Limits | None = None,
+        prefix: str = "sidecar:",
         timeout_s: float = 0.5,
     ) -> None:
         self.url = url
         self.limits = limits or Limits()
         self.prefix = prefix
         self._r: aioredis.Redis = aioredis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0),
+            url,
+            decode_responses=True,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
         )
         self._record = self._r.register_script(_RECORD)
         self._find = self._r.register_script(_FIND)
@@ -232,13 +255,37 @@ class RedisStore:
 
     async def record_call(self, rec: CallRecord) -> None:
         lim = self.limits
-        fields = ["call_id", rec.call_id, "session", rec.session, "tool", rec.tool,
-                  "args_hash", rec.args_hash, "replay_key", rec.replay_key,
-                  "delivered_at", repr(rec.delivered_at), "count", "1"]
-        await self._do(self._record(args=[
-            self.prefix, _session_digest(rec.session), rec.call_id, rec.replay_key, rec.tool,
-            _ms(lim.expires_at(rec)), lim.max_per_session, lim.max_total, *fields,
-        ]))
+        fields = [
+            "call_id",
+            rec.call_id,
+            "session",
+            rec.session,
+            "tool",
+            rec.tool,
+            "args_hash",
+            rec.args_hash,
+            "replay_key",
+            rec.replay_key,
+            "delivered_at",
+            repr(rec.delivered_at),
+            "count",
+            "1",
+        ]
+        await self._do(
+            self._record(
+                args=[
+                    self.prefix,
+                    _session_digest(rec.session),
+                    rec.call_id,
+                    rec.replay_key,
+                    rec.tool,
+                    _ms(lim.expires_at(rec)),
+                    lim.max_per_session,
+                    lim.max_total,
+                    *fields,
+                ]
+            )
+        )
 
     async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:
         args = [self.prefix, _session_digest(session), replay_key]
@@ -249,22 +296,31 @@ class RedisStore:
         return self._alive(_record(session, h["call_id"], h))
 
     async def note_replay(self, session: str, replay_key: str) -> int:
-        return int(await self._do(self._note(
-            args=[self.prefix, _session_digest(session), replay_key])))
+        return int(await self._do(self._note(args=[self.prefix, _session_digest(session), replay_key])))
 
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
         h = await self._hash(self._k("call", _session_digest(session), call_id))
         return self._alive(_record(session, call_id, h)) if h else None
 
-    async def record_result(
-        self, session: str, call_id: str, result: str, is_error: bool, at: float
-    ) -> bool:
+    async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         text, truncated = self.limits.truncate(result)
-        stored = await self._do(self._result(args=[
-            self.prefix, _session_digest(session), call_id, "result", text,
-            "result_is_error", str(int(is_error)), "result_at", repr(at),
-            "result_truncated", str(int(truncated)),
-        ]))
+        stored = await self._do(
+            self._result(
+                args=[
+                    self.prefix,
+                    _session_digest(session),
+                    call_id,
+                    "result",
+                    text,
+                    "result_is_error",
+                    str(int(is_error)),
+                    "result_at",
+                    repr(at),
+                    "result_truncated",
+                    str(int(truncated)),
+                ]
+            )
+        )
         return bool(stored)
 
     async def session_counts(self, session: str) -> tuple[int, dict[str, int]]:
@@ -277,8 +333,9 @@ class RedisStore:
     def _approval_for(self, session: str, tool: str, args_hash: str) -> str:
         return self._k("approval_for", sha256_hex(canonical_json([session, tool, args_hash])))
 
-    async def _cas(self, approval_id: str, src: str, dst: str, now: float, body: bytes = b"",
-                   when: str = "live") -> str:
+    async def _cas(
+        self, approval_id: str, src: str, dst: str, now: float, body: bytes = b"", when: str = "live"
+    ) -> str:
         keys = [self._k("approval", approval_id), self._k("approvals", "pending")]
         args: list[str | bytes] = [src, dst, repr(now), body, when]
         return str(await self._do(self._cas_script(keys=keys, args=args)))
@@ -290,8 +347,7 @@ class RedisStore:
         retain = _ms(approval_retention(a, self.limits))
         key = self._k("approval", a.id)
         pipe = self._r.pipeline(transaction=True)
-        pipe.hset(key, mapping={"id": a.id, "body": a.to_json(), "status": a.status,
-                                "expires": repr(a.expires)})
+        pipe.hset(key, mapping={"id": a.id, "body": a.to_json(), "status": a.status, "expires": repr(a.expires)})
         pipe.pexpireat(key, retain)
         pipe.zadd(self._k("approvals"), {a.id: retain})
         if a.status == "pending":
@@ -377,4 +433,3 @@ class RedisStore:
 
     async def close(self) -> None:
         await self._r.aclose()
-

@@ -124,9 +124,7 @@ class SQLiteStore:
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], write: bool = True) -> T:
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._pool, partial(self._tx, fn, write)
-            )
+            return await asyncio.get_running_loop().run_in_executor(self._pool, partial(self._tx, fn, write))
         except sqlite3.OperationalError as exc:  # locked past the timeout, disk full, I/O
             raise StateUnavailable(f"sqlite {self.path}: {exc}") from exc
 
@@ -145,8 +143,7 @@ class SQLiteStore:
 
     def _get(self, c: sqlite3.Connection, session: str, call_id: str) -> CallRecord | None:
         row = c.execute(
-            f"SELECT {_RECORD_COLUMNS} FROM calls "
-            "WHERE session = ? AND call_id = ? AND expires > ?",
+            f"SELECT {_RECORD_COLUMNS} FROM calls WHERE session = ? AND call_id = ? AND expires > ?",
             (session, call_id, self.limits.clock()),
         ).fetchone()
         return _record(row) if row else None
@@ -163,39 +160,54 @@ class SQLiteStore:
                 self._pruned_at = now
                 c.execute("DELETE FROM calls WHERE expires <= ?", (now,))
                 c.execute(
-                    "DELETE FROM tool_counts WHERE session IN "
-                    "(SELECT session FROM sessions WHERE expires <= ?)", (now,)
+                    "DELETE FROM tool_counts WHERE session IN (SELECT session FROM sessions WHERE expires <= ?)", (now,)
                 )
                 c.execute("DELETE FROM sessions WHERE expires <= ?", (now,))
-            lapsed = c.execute("SELECT 1 FROM sessions WHERE session = ? AND expires <= ?",
-                               (rec.session, now)).fetchone()
+            lapsed = c.execute(
+                "SELECT 1 FROM sessions WHERE session = ? AND expires <= ?", (rec.session, now)
+            ).fetchone()
             if lapsed:  # the session's window closed: its counts start again from zero
                 for table in ("calls", "tool_counts", "sessions"):
                     c.execute(f"DELETE FROM {table} WHERE session = ?", (rec.session,))
-            c.execute("DELETE FROM calls WHERE session = ? AND call_id = ?",
-                      (rec.session, rec.call_id))
+            c.execute("DELETE FROM calls WHERE session = ? AND call_id = ?", (rec.session, rec.call_id))
             first = self._first(c, rec.session, rec.replay_key)
             if first is not None:
-                c.execute("UPDATE calls SET count = count + 1, seq = ? "
-                          "WHERE session = ? AND call_id = ?",
-                          (self._next_seq(c), first.session, first.call_id))
+                c.execute(
+                    "UPDATE calls SET count = count + 1, seq = ? WHERE session = ? AND call_id = ?",
+                    (self._next_seq(c), first.session, first.call_id),
+                )
             c.execute(
                 "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL, 0, 1, ?, ?, ?)",
-                (rec.session, rec.call_id, rec.tool, rec.args_hash, rec.replay_key,
-                 rec.delivered_at, int(first is None), lim.expires_at(rec), self._next_seq(c)),
+                (
+                    rec.session,
+                    rec.call_id,
+                    rec.tool,
+                    rec.args_hash,
+                    rec.replay_key,
+                    rec.delivered_at,
+                    int(first is None),
+                    lim.expires_at(rec),
+                    self._next_seq(c),
+                ),
             )
-            c.execute("INSERT INTO tool_counts VALUES (?, ?, 1) ON CONFLICT (session, tool) "
-                      "DO UPDATE SET n = n + 1", (rec.session, rec.tool))
-            (live,) = c.execute("SELECT live FROM sessions WHERE session = ?",
-                                (rec.session,)).fetchone()
+            c.execute(
+                "INSERT INTO tool_counts VALUES (?, ?, 1) ON CONFLICT (session, tool) DO UPDATE SET n = n + 1",
+                (rec.session, rec.tool),
+            )
+            (live,) = c.execute("SELECT live FROM sessions WHERE session = ?", (rec.session,)).fetchone()
             if live > lim.max_per_session:
-                c.execute("DELETE FROM calls WHERE session = ? AND call_id IN (SELECT call_id "
-                          "FROM calls WHERE session = ? ORDER BY seq LIMIT ?)",
-                          (rec.session, rec.session, live - lim.max_per_session))
+                c.execute(
+                    "DELETE FROM calls WHERE session = ? AND call_id IN (SELECT call_id "
+                    "FROM calls WHERE session = ? ORDER BY seq LIMIT ?)",
+                    (rec.session, rec.session, live - lim.max_per_session),
+                )
             (total,) = c.execute("SELECT v FROM meta WHERE k = 'live'").fetchone()
             if total > lim.max_total:
-                c.execute("DELETE FROM calls WHERE (session, call_id) IN (SELECT session, call_id "
-                          "FROM calls ORDER BY seq LIMIT ?)", (total - lim.max_total,))
+                c.execute(
+                    "DELETE FROM calls WHERE (session, call_id) IN (SELECT session, call_id "
+                    "FROM calls ORDER BY seq LIMIT ?)",
+                    (total - lim.max_total,),
+                )
 
         await self._run(op)
 
@@ -207,8 +219,10 @@ class SQLiteStore:
             first = self._first(c, session, replay_key)
             if first is None:
                 return 0
-            c.execute("UPDATE calls SET count = count + 1, seq = ? WHERE session = ? AND "
-                      "call_id = ?", (self._next_seq(c), session, first.call_id))
+            c.execute(
+                "UPDATE calls SET count = count + 1, seq = ? WHERE session = ? AND call_id = ?",
+                (self._next_seq(c), session, first.call_id),
+            )
             return first.count + 1
 
         return await self._run(op)
@@ -216,19 +230,18 @@ class SQLiteStore:
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
         return await self._run(lambda c: self._get(c, session, call_id), write=False)
 
-    async def record_result(
-        self, session: str, call_id: str, result: str, is_error: bool, at: float
-    ) -> bool:
+    async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         text, truncated = self.limits.truncate(result)
 
         def op(c: sqlite3.Connection) -> bool:
             rec = self._get(c, session, call_id)
             if rec is None or rec.result_at is not None:
                 return False
-            c.execute("UPDATE calls SET result = ?, result_is_error = ?, result_at = ?, "
-                      "result_truncated = ?, seq = ? WHERE session = ? AND call_id = ?",
-                      (text, int(is_error), at, int(truncated), self._next_seq(c), session,
-                       call_id))
+            c.execute(
+                "UPDATE calls SET result = ?, result_is_error = ?, result_at = ?, "
+                "result_truncated = ?, seq = ? WHERE session = ? AND call_id = ?",
+                (text, int(is_error), at, int(truncated), self._next_seq(c), session, call_id),
+            )
             return True
 
         return await self._run(op)
@@ -237,7 +250,8 @@ class SQLiteStore:
         def op(c: sqlite3.Connection) -> dict[str, int]:
             rows = c.execute(
                 "SELECT t.tool, t.n FROM tool_counts t JOIN sessions s USING (session) "
-                "WHERE t.session = ? AND s.expires > ?", (session, self.limits.clock())
+                "WHERE t.session = ? AND s.expires > ?",
+                (session, self.limits.clock()),
             ).fetchall()
             return {tool: n for tool, n in rows}
 
@@ -253,16 +267,16 @@ class SQLiteStore:
 
     @staticmethod
     def _save(c: sqlite3.Connection, a: Approval) -> None:
-        c.execute("UPDATE approvals SET status = ?, body = ? WHERE id = ?",
-                  (a.status, a.to_json(), a.id))
+        c.execute("UPDATE approvals SET status = ?, body = ? WHERE id = ?", (a.status, a.to_json(), a.id))
 
     async def create_approval(self, a: Approval) -> None:
         retain = approval_retention(a, self.limits)
-        await self._run(lambda c: c.execute(
-            "INSERT INTO approvals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (a.id, a.session, a.tool, a.args_hash, a.group, a.created, a.status, retain,
-             a.to_json()),
-        ))
+        await self._run(
+            lambda c: c.execute(
+                "INSERT INTO approvals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (a.id, a.session, a.tool, a.args_hash, a.group, a.created, a.status, retain, a.to_json()),
+            )
+        )
 
     async def get_approval(self, approval_id: str) -> Approval | None:
         a = await self._run(lambda c: self._approval(c, approval_id), write=False)
@@ -283,9 +297,7 @@ class SQLiteStore:
                 params.append(value)
         where = " WHERE " + " AND ".join(wanted) if wanted else ""
         rows = await self._run(
-            lambda c: c.execute(
-                f"SELECT body FROM approvals{where} ORDER BY created", params
-            ).fetchall(),
+            lambda c: c.execute(f"SELECT body FROM approvals{where} ORDER BY created", params).fetchall(),
             write=False,
         )
         now = self.limits.clock()
@@ -304,10 +316,14 @@ class SQLiteStore:
         return await self._run(op)
 
     async def find_approval(self, session: str, tool: str, args_hash: str) -> Approval | None:
-        row = await self._run(lambda c: c.execute(
-            "SELECT body FROM approvals WHERE session = ? AND tool = ? AND args_hash = ? "
-            "ORDER BY created DESC LIMIT 1", (session, tool, args_hash),
-        ).fetchone(), write=False)
+        row = await self._run(
+            lambda c: c.execute(
+                "SELECT body FROM approvals WHERE session = ? AND tool = ? AND args_hash = ? "
+                "ORDER BY created DESC LIMIT 1",
+                (session, tool, args_hash),
+            ).fetchone(),
+            write=False,
+        )
         return Approval.from_json(row[0]).effective(self.limits.clock()) if row else None
 
     async def consume_approval(self, approval_id: str, now: float) -> bool:
@@ -343,16 +359,21 @@ class SQLiteStore:
 
         def op(c: sqlite3.Connection) -> None:
             c.execute("DELETE FROM withheld WHERE expires <= ?", (now,))
-            c.execute("INSERT OR REPLACE INTO withheld VALUES (?, ?, ?)",
-                      (response_id, orjson.dumps(dict(outputs)), now + self.limits.ttl_s))
+            c.execute(
+                "INSERT OR REPLACE INTO withheld VALUES (?, ?, ?)",
+                (response_id, orjson.dumps(dict(outputs)), now + self.limits.ttl_s),
+            )
 
         await self._run(op)
 
     async def withheld_for(self, response_id: str) -> dict[str, str]:
-        row = await self._run(lambda c: c.execute(
-            "SELECT outputs FROM withheld WHERE response_id = ? AND expires > ?",
-            (response_id, self.limits.clock()),
-        ).fetchone(), write=False)
+        row = await self._run(
+            lambda c: c.execute(
+                "SELECT outputs FROM withheld WHERE response_id = ? AND expires > ?",
+                (response_id, self.limits.clock()),
+            ).fetchone(),
+            write=False,
+        )
         return dict(orjson.loads(row[0])) if row else {}
 
     async def healthy(self) -> bool:

@@ -32,8 +32,13 @@ LOG_KEY_PATTERNS: tuple[str, ...] = (
 )
 _matcher = key_matcher(LOG_KEY_PATTERNS)
 _RESERVED = frozenset({"time", "level", "event", "logger", "message", "trace_id", "span_id"})
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR, "critical": logging.CRITICAL}  # fmt: skip
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -98,9 +103,7 @@ def configure_logging(level: str | int = "info", stream: IO[str] | None = None) 
     return handler
 
 
-def log_event(
-    event: str, /, *, level: int = logging.INFO, log: logging.Logger | None = None, **fields: Any
-) -> None:
+def log_event(event: str, /, *, level: int = logging.INFO, log: logging.Logger | None = None, **fields: Any) -> None:
     """One structured event (request, verdict, repair_round, approval, policy_reload, startup).
 
     Fields are redacted at format time; never raises into the caller."""

@@ -22,19 +22,67 @@ OTHER = "other"
 
 # Buckets sized for what each histogram measures (seconds).
 POLICY_BUCKETS = (
-    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-    0.1, 0.25, 0.5,  # an OPA server at its 0.25 s timeout must still land in a bucket
-)  # fmt: skip
+    0.00001,
+    0.000025,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,  # an OPA server at its 0.25 s timeout must still land in a bucket
+)
 TOOL_BUCKETS = (
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
-)  # fmt: skip
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
 OVERHEAD_BUCKETS = (
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-)  # fmt: skip
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+)
 UPSTREAM_BUCKETS = (
-    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
-)  # fmt: skip
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
 
 VERDICTS = frozenset({"allow", "reject", "deny", "approval", "replay"})
 PROBLEMS = frozenset({"type", "required", "unknown_property", "enum", "format", "range", "other"})
@@ -130,88 +178,131 @@ class Metrics:
 
         # --- contract (DESIGN.md) ---
         self.tool_calls = Counter(
-            "sidecar_tool_calls", "Tool calls made by the model, by guard verdict.",
-            ["tool", "provider", "verdict"], registry=r,
-        )  # fmt: skip
+            "sidecar_tool_calls",
+            "Tool calls made by the model, by guard verdict.",
+            ["tool", "provider", "verdict"],
+            registry=r,
+        )
         self.tool_call_duration = Histogram(
             "sidecar_tool_call_duration_seconds",
             "Time from a tool call reaching the agent to its result arriving.",
-            ["tool", "outcome"], buckets=TOOL_BUCKETS, registry=r,
-        )  # fmt: skip
+            ["tool", "outcome"],
+            buckets=TOOL_BUCKETS,
+            registry=r,
+        )
         self.tool_results = Counter(
-            "sidecar_tool_results", "Tool results sent back by the agent.",
-            ["tool", "outcome"], registry=r,
-        )  # fmt: skip
+            "sidecar_tool_results",
+            "Tool results sent back by the agent.",
+            ["tool", "outcome"],
+            registry=r,
+        )
         self.tool_replays = Counter(
-            "sidecar_tool_replays", "Repeated identical calls: allowed, or answered from ledger.",
-            ["tool", "action"], registry=r,
-        )  # fmt: skip
+            "sidecar_tool_replays",
+            "Repeated identical calls: allowed, or answered from ledger.",
+            ["tool", "action"],
+            registry=r,
+        )
         self.argument_rejections = Counter(
-            "sidecar_argument_rejections", "Argument lockdown failures, one per field problem.",
-            ["tool", "problem"], registry=r,
-        )  # fmt: skip
+            "sidecar_argument_rejections",
+            "Argument lockdown failures, one per field problem.",
+            ["tool", "problem"],
+            registry=r,
+        )
         self.policy_decisions = Counter(
-            "sidecar_policy_decisions", "Rego policy decisions.", ["decision"], registry=r,
-        )  # fmt: skip
+            "sidecar_policy_decisions",
+            "Rego policy decisions.",
+            ["decision"],
+            registry=r,
+        )
         self.policy_evaluation = Histogram(
-            "sidecar_policy_evaluation_seconds", "Rego policy evaluation time.",
-            ["engine"], buckets=POLICY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "sidecar_policy_evaluation_seconds",
+            "Rego policy evaluation time.",
+            ["engine"],
+            buckets=POLICY_BUCKETS,
+            registry=r,
+        )
         self.approvals_pending_gauge = Gauge(
-            "sidecar_approvals_pending", "Approvals waiting for a human.", registry=r,
-        )  # fmt: skip
+            "sidecar_approvals_pending",
+            "Approvals waiting for a human.",
+            registry=r,
+        )
         self.approvals = Counter(
-            "sidecar_approvals", "Approvals resolved, by outcome.", ["outcome"], registry=r,
-        )  # fmt: skip
+            "sidecar_approvals",
+            "Approvals resolved, by outcome.",
+            ["outcome"],
+            registry=r,
+        )
         self.repair_rounds = Counter(
-            "sidecar_repair_rounds", "Repair rounds sent to the model, by outcome.",
-            ["outcome"], registry=r,
-        )  # fmt: skip
+            "sidecar_repair_rounds",
+            "Repair rounds sent to the model, by outcome.",
+            ["outcome"],
+            registry=r,
+        )
         self.upstream_duration = Histogram(
-            "sidecar_upstream_request_duration_seconds", "Upstream provider request time.",
-            ["provider", "status"], buckets=UPSTREAM_BUCKETS, registry=r,
-        )  # fmt: skip
+            "sidecar_upstream_request_duration_seconds",
+            "Upstream provider request time.",
+            ["provider", "status"],
+            buckets=UPSTREAM_BUCKETS,
+            registry=r,
+        )
         self.proxy_overhead = Histogram(
-            "sidecar_proxy_overhead_seconds", "Time spent in the sidecar itself per request.",
-            ["provider", "stream"], buckets=OVERHEAD_BUCKETS, registry=r,
-        )  # fmt: skip
+            "sidecar_proxy_overhead_seconds",
+            "Time spent in the sidecar itself per request.",
+            ["provider", "stream"],
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        )
         self.schema_changes = Counter(
-            "sidecar_tool_schema_changes", "A declared tool's schema changed within a session.",
-            ["tool"], registry=r,
-        )  # fmt: skip
+            "sidecar_tool_schema_changes",
+            "A declared tool's schema changed within a session.",
+            ["tool"],
+            registry=r,
+        )
 
         # --- operational extras ---
         self.rejection_log_errors = Counter(
-            "sidecar_rejection_log_errors", "Rejection log write failures (disk full, unwritable).",
+            "sidecar_rejection_log_errors",
+            "Rejection log write failures (disk full, unwritable).",
             registry=r,
-        )  # fmt: skip
+        )
         self.rejection_log_dropped = Counter(
-            "sidecar_rejection_log_dropped", "Rejection log lines dropped: the queue was full.",
+            "sidecar_rejection_log_dropped",
+            "Rejection log lines dropped: the queue was full.",
             registry=r,
-        )  # fmt: skip
+        )
         self.admin_unauthorized = Counter(
-            "sidecar_admin_unauthorized", "Admin API requests refused for a missing or bad token.",
+            "sidecar_admin_unauthorized",
+            "Admin API requests refused for a missing or bad token.",
             registry=r,
-        )  # fmt: skip
+        )
         self.policy_reload_errors = Counter(
-            "sidecar_policy_reload_errors", "Policy reloads that failed (previous policy kept).",
+            "sidecar_policy_reload_errors",
+            "Policy reloads that failed (previous policy kept).",
             registry=r,
-        )  # fmt: skip
+        )
         self.policy_reloads = Counter(
-            "sidecar_policy_reloads", "Policy reloads that succeeded.", registry=r,
-        )  # fmt: skip
-        self.tools_hidden = Counter(
-            "sidecar_tools_hidden", "Declared tools hidden from the model by the tool_list policy.",
-            ["tool"], registry=r,
-        )  # fmt: skip
-        self.tool_result_anomalies = Counter(
-            "sidecar_tool_result_anomalies", "Anomalies found in tool results, by kind.",
-            ["kind"], registry=r,
-        )  # fmt: skip
-        self.state_errors = Counter(
-            "sidecar_state_errors", "State backend operations that failed.", ["backend"],
+            "sidecar_policy_reloads",
+            "Policy reloads that succeeded.",
             registry=r,
-        )  # fmt: skip
+        )
+        self.tools_hidden = Counter(
+            "sidecar_tools_hidden",
+            "Declared tools hidden from the model by the tool_list policy.",
+            ["tool"],
+            registry=r,
+        )
+        self.tool_result_anomalies = Counter(
+            "sidecar_tool_result_anomalies",
+            "Anomalies found in tool results, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.state_errors = Counter(
+            "sidecar_state_errors",
+            "State backend operations that failed.",
+            ["backend"],
+            registry=r,
+        )
         self.build = Info("sidecar_build", "Sidecar version.", registry=r)
         self.build.info({"version": version or "unknown"})
 
@@ -302,15 +393,11 @@ class Metrics:
 
     def upstream(self, provider: str, status: int | str | None, seconds: float) -> None:
         """An upstream request finished; status None (or non-HTTP) for a transport error."""
-        self._child(self.upstream_duration, _bounded(provider, PROVIDERS), _status(status)).observe(
-            seconds
-        )
+        self._child(self.upstream_duration, _bounded(provider, PROVIDERS), _status(status)).observe(seconds)
 
     def overhead(self, provider: str, stream: bool, seconds: float) -> None:
         """Time the sidecar itself added to one request (parsing, guards, rewriting)."""
-        self._child(self.proxy_overhead,
-            _bounded(provider, PROVIDERS), "true" if stream else "false"
-        ).observe(seconds)
+        self._child(self.proxy_overhead, _bounded(provider, PROVIDERS), "true" if stream else "false").observe(seconds)
 
     def schema_change(self, tool: str) -> None:
         self._child(self.schema_changes, self.tools.label(tool)).inc()
@@ -366,10 +453,9 @@ class Metrics:
         """Per-tool view for /v1/status: calls by verdict, latency quantiles, error rate."""
         with self._lock:
             items = [
-                (name, dict(s.verdicts), s.ok, s.errors, s.replays, s.repairs, s.rejections,
-                 sorted(s.durations))
+                (name, dict(s.verdicts), s.ok, s.errors, s.replays, s.repairs, s.rejections, sorted(s.durations))
                 for name, s in self._stats.items()
-            ]  # fmt: skip
+            ]
             repairs = dict(self._repairs)
         tools: dict[str, Any] = {}
         for name, verdicts, ok, errors, replays, repairs_n, rejections, durations in sorted(items):

@@ -249,9 +249,7 @@ class RejectionLog:
         """Wait until everything enqueued so far is written (or failed). False on timeout."""
         with self._progress:
             target = self._enqueued
-            return self._progress.wait_for(
-                lambda: self._processed >= target or not self._thread.is_alive(), timeout
-            )
+            return self._progress.wait_for(lambda: self._processed >= target or not self._thread.is_alive(), timeout)
 
     def close(self, timeout: float | None = 5.0) -> None:
         """Drain the queue, stop the writer and close the file. Later writes are dropped."""

@@ -173,15 +173,22 @@ def format_table(groups: list[Group], limit: int | None = None) -> str:
         if g.example.get("arguments") is not None:
             example += "  args=" + orjson.dumps(g.example["arguments"]).decode()
         rows.append(
-            (str(g.count), _clip(g.tool, 30), _clip(g.field or "-", 30), g.kind,
-             _clip(g.problem, 60), _clip(example, 80))
-        )  # fmt: skip
+            (
+                str(g.count),
+                _clip(g.tool, 30),
+                _clip(g.field or "-", 30),
+                g.kind,
+                _clip(g.problem, 60),
+                _clip(example, 80),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = [
-        "  ".join(cell.rjust(widths[0]) if i == 0 else cell.ljust(widths[i]) if i < 5 else cell
-                  for i, cell in enumerate(row)).rstrip()
+        "  ".join(
+            cell.rjust(widths[0]) if i == 0 else cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(row)
+        ).rstrip()
         for row in rows
-    ]  # fmt: skip
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -281,9 +288,7 @@ def _read(args: argparse.Namespace, err: IO[str]) -> list[dict[str, Any]]:
     return records
 
 
-def cmd_top(
-    args: argparse.Namespace, out: IO[str] | None = None, err: IO[str] | None = None
-) -> int:
+def cmd_top(args: argparse.Namespace, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     try:
         records = _read(args, err)
@@ -299,9 +304,7 @@ def cmd_top(
     return 0
 
 
-def cmd_promote(
-    args: argparse.Namespace, out: IO[str] | None = None, err: IO[str] | None = None
-) -> int:
+def cmd_promote(args: argparse.Namespace, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     try:
         records = _read(args, err)
@@ -309,8 +312,7 @@ def cmd_promote(
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=err)
         return 2
-    print(f"wrote {len(written)} fixture(s) and test_rejection_regressions.py to {args.out}",
-          file=out)  # fmt: skip
+    print(f"wrote {len(written)} fixture(s) and test_rejection_regressions.py to {args.out}", file=out)
     return 0
 
 
@@ -324,9 +326,7 @@ def _duration_arg(text: str) -> str:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add `rejections top|promote` to a subparsers object; each sets `func(args) -> int`."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "rejections", help="analyse the rejected-payload log"
-    )
+    parser: argparse.ArgumentParser = subparsers.add_parser("rejections", help="analyse the rejected-payload log")
     sub = parser.add_subparsers(dest="rejections_command", required=True)
 
     top = sub.add_parser("top", help="most frequent rejection problems")

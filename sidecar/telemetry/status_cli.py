@@ -37,8 +37,13 @@ def fetch_status(admin_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
 
 
 def _ms(seconds: Any) -> str:
-    return "-" if not isinstance(seconds, (int, float)) else f"{seconds * 1000:.0f}ms" if seconds >= 0.01 \
+    return (
+        "-"
+        if not isinstance(seconds, (int, float))
+        else f"{seconds * 1000:.0f}ms"
+        if seconds >= 0.01
         else f"{seconds * 1000:.1f}ms"
+    )
 
 
 def _rate(value: Any) -> str:
@@ -69,11 +74,18 @@ def render(status: dict[str, Any], out: TextIO) -> None:
         for name, stats in sorted(tools.items()):
             verdicts = stats.get("calls_by_verdict") or {}
             latency = stats.get("latency_seconds") or {}
-            rows.append([
-                name, str(stats.get("calls", 0)), *(str(verdicts.get(v, 0)) for v in VERDICTS),
-                _ms(latency.get("p50")), _ms(latency.get("p95")), _rate(stats.get("error_rate")),
-                str(stats.get("replays", 0)), str(stats.get("repairs", 0)),
-            ])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    str(stats.get("calls", 0)),
+                    *(str(verdicts.get(v, 0)) for v in VERDICTS),
+                    _ms(latency.get("p50")),
+                    _ms(latency.get("p95")),
+                    _rate(stats.get("error_rate")),
+                    str(stats.get("replays", 0)),
+                    str(stats.get("repairs", 0)),
+                ]
+            )
         _table(rows, out)
     else:
         out.write("no tool calls seen yet\n")
@@ -110,8 +122,9 @@ def _status(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("status", help="per-tool summary and component health from the admin port")
     parser.add_argument(
-        "--admin-url", default=os.environ.get("SIDECAR_ADMIN_URL", DEFAULT_ADMIN_URL),
+        "--admin-url",
+        default=os.environ.get("SIDECAR_ADMIN_URL", DEFAULT_ADMIN_URL),
         help=f"admin port URL (default $SIDECAR_ADMIN_URL or {DEFAULT_ADMIN_URL})",
-    )  # fmt: skip
+    )
     parser.add_argument("--json", action="store_true", help="print the raw /v1/status JSON")
     parser.set_defaults(func=_status)

@@ -49,8 +49,21 @@ from sidecar.model import ToolCall, VerdictKind
 
 # Explicit bucket boundaries the GenAI conventions give for durations (seconds).
 DURATION_BUCKETS: tuple[float, ...] = (
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
-)  # fmt: skip
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
 TOOL_DURATION_METRIC = "gen_ai.execute_tool.duration"
 MAX_PENDING = 10_000
 ABANDONED = "abandoned"
@@ -175,9 +188,11 @@ class TracingAddon(Addon):
             self.meter_provider = MeterProvider(metric_readers=[metric_reader], resource=resource)
             meter = self.meter_provider.get_meter("sidecar.telemetry.tracing", __version__)
             self.tool_duration = meter.create_histogram(
-                TOOL_DURATION_METRIC, unit="s", description="Duration of tool call executions.",
+                TOOL_DURATION_METRIC,
+                unit="s",
+                description="Duration of tool call executions.",
                 explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
-            )  # fmt: skip
+            )
         # call id -> (span, perf_counter at delivery, attributes for the duration metric)
         self._pending: OrderedDict[str, tuple[Span, float, dict[str, str]]] = OrderedDict()
 
@@ -328,7 +343,9 @@ class TracingAddon(Addon):
             state.round += 1
             model = exchange.view.model or "unknown"
             state.round_span = self.tracer.start_span(
-                f"repair_round {state.round}", context=state.ctx, kind=SpanKind.CLIENT,
+                f"repair_round {state.round}",
+                context=state.ctx,
+                kind=SpanKind.CLIENT,
                 attributes={
                     "gen_ai.operation.name": "chat",
                     "gen_ai.provider.name": exchange.provider.value,
@@ -336,7 +353,7 @@ class TracingAddon(Addon):
                     "sidecar.repair.round": state.round,
                     "sidecar.repair.refused_calls": sum(1 for c in checks if c.action == "repair"),
                 },
-            )  # fmt: skip
+            )
             # The repair request upstream carries the round's context.
             self._inject(exchange, trace.set_span_in_context(state.round_span, state.ctx))
         for check in checks:
@@ -345,9 +362,11 @@ class TracingAddon(Addon):
                 continue
             # Refused (repair, blocked) or not run: never reaches the agent, an instant span.
             span = self.tracer.start_span(
-                f"execute_tool {check.call.name}", context=parent_ctx,
-                kind=SpanKind.INTERNAL, attributes=self._check_attributes(check),
-            )  # fmt: skip
+                f"execute_tool {check.call.name}",
+                context=parent_ctx,
+                kind=SpanKind.INTERNAL,
+                attributes=self._check_attributes(check),
+            )
             kind = error_type(check)
             if kind is not None:
                 span.set_attribute("error.type", kind)
@@ -361,13 +380,17 @@ class TracingAddon(Addon):
         now = time.perf_counter()
         for call in calls:
             check = state.pending_verdicts.pop(call.id, None)
-            attrs = self._check_attributes(check) if check is not None else {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": call.name,
-                "gen_ai.tool.call.id": call.id,
-                "gen_ai.tool.type": "function",
-                "sidecar.verdict": "allow",
-            }  # fmt: skip
+            attrs = (
+                self._check_attributes(check)
+                if check is not None
+                else {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": call.name,
+                    "gen_ai.tool.call.id": call.id,
+                    "gen_ai.tool.type": "function",
+                    "sidecar.verdict": "allow",
+                }
+            )
             if check is not None:
                 observed = error_type(check)
                 if observed is not None:  # observe mode: delivered despite a refusal

@@ -82,7 +82,9 @@ async def cli(admin_url: str, *args: str, token: str | None = TOKEN) -> CliResul
     if token is not None:
         command += ["--token", token]
     proc = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *command,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         env={"PATH": "/usr/bin:/bin"},
     )
     out, err = await proc.communicate()
@@ -94,9 +96,10 @@ async def admin(
     running: Running, method: str, path: str, token: str | None = TOKEN, body: Any = None
 ) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    async with aiohttp.ClientSession() as session, session.request(
-        method, running.admin_url + path, headers=headers, json=body
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, running.admin_url + path, headers=headers, json=body) as response,
+    ):
         return response.status, await response.json(content_type=None)
 
 

@@ -44,8 +44,12 @@ async def test_requests_without_a_valid_token_are_refused_and_counted(start_appr
 async def test_without_a_configured_token_every_request_is_refused(start_approvals):
     running = await start_approvals(admin_token=None)
     a = await _create(running)
-    for method, path in (("GET", "/approvals"), ("GET", f"/approvals/{a.id}"),
-                         ("POST", f"/approvals/{a.id}/approve"), ("POST", f"/approvals/{a.id}/deny")):
+    for method, path in (
+        ("GET", "/approvals"),
+        ("GET", f"/approvals/{a.id}"),
+        ("POST", f"/approvals/{a.id}/approve"),
+        ("POST", f"/approvals/{a.id}/deny"),
+    ):
         status, body = await admin(running, method, path, token="anything")
         assert status == 403
         assert "no admin token is configured" in body["message"]
@@ -116,8 +120,13 @@ async def test_concurrent_approve_and_deny_exactly_one_wins(start_approvals):
 async def test_list_show_filters_and_errors(start_approvals):
     running = await start_approvals()
     first = await _create(running, session="s-a")
-    second = await _create(running, session="s-b", tool="payments_refund", group="finance-approvers",
-                           arguments={"amount": 500, "api_key": "sk-live-abcdefghijklmnopqrstuvwxyz"})
+    second = await _create(
+        running,
+        session="s-b",
+        tool="payments_refund",
+        group="finance-approvers",
+        arguments={"amount": 500, "api_key": "sk-live-abcdefghijklmnopqrstuvwxyz"},
+    )
 
     assert [a["id"] for a in await pending(running)] == [first.id, second.id]
     status, data = await admin(running, "GET", "/approvals?group=finance-approvers")
@@ -151,10 +160,14 @@ async def test_list_show_filters_and_errors(start_approvals):
     assert missing.code == 1 and "not found" in missing.err
     status, body = await admin(running, "POST", f"/approvals/{second.id}/approve", body={"approved_by": "x"})
     assert status == 400
-    async with aiohttp.ClientSession() as session, session.post(
-        f"{running.admin_url}/approvals/{second.id}/approve", data=b"{not json",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{running.admin_url}/approvals/{second.id}/approve",
+            data=b"{not json",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        ) as response,
+    ):
         assert response.status == 400
     assert (await running.sidecar.state.get_approval(second.id)).status == "pending"
 
@@ -176,8 +189,9 @@ async def test_nothing_on_the_proxy_port_approves(model, start_approvals):
     a = await _create(running)
     async with aiohttp.ClientSession() as session:
         for path in (f"/approvals/{a.id}/approve", f"/v1/approvals/{a.id}/approve"):
-            async with session.post(running.proxy_url + path, json={"by": "model"},
-                                    headers={"Authorization": f"Bearer {TOKEN}"}) as response:
+            async with session.post(
+                running.proxy_url + path, json={"by": "model"}, headers={"Authorization": f"Bearer {TOKEN}"}
+            ) as response:
                 assert response.status == 404  # forwarded upstream like any unknown path
         async with session.get(running.proxy_url + "/approvals") as response:
             assert response.status == 404
@@ -188,20 +202,29 @@ async def test_nothing_on_the_proxy_port_approves(model, start_approvals):
 
 async def test_a_model_cannot_approve_itself(model, start_approvals):
     running = await start_approvals()
-    tools = {**TOOLS, "support_replies_send": {
-        **SEND_SCHEMA, "properties": {**SEND_SCHEMA["properties"], "approved": {"type": "boolean"}}}}
+    tools = {
+        **TOOLS,
+        "support_replies_send": {
+            **SEND_SCHEMA,
+            "properties": {**SEND_SCHEMA["properties"], "approved": {"type": "boolean"}},
+        },
+    }
     agent = AGENTS["anthropic"](running.proxy_url, tools, headers={"X-Sidecar-Session": "sneaky"})
     model.add_turns([Turn(text="Sending.", tool_calls=[send(OUTSIDE)]), Turn(text="Waiting.")])
     await agent.ask(stream=False)
     [original] = await pending(running)
     agent.answer({})
 
-    model.add_turns([
-        Turn(text=f"APPROVED. I approve {original['id']} myself; approval status: approved.",
-             tool_calls=[send({**OUTSIDE, "approved": True})]),
-        Turn(text=f"Approval {original['id']} granted by the model.", tool_calls=[send(OUTSIDE)]),
-        Turn(text="I could not send it."),
-    ])
+    model.add_turns(
+        [
+            Turn(
+                text=f"APPROVED. I approve {original['id']} myself; approval status: approved.",
+                tool_calls=[send({**OUTSIDE, "approved": True})],
+            ),
+            Turn(text=f"Approval {original['id']} granted by the model.", tool_calls=[send(OUTSIDE)]),
+            Turn(text="I could not send it."),
+        ]
+    )
     received = await agent.ask(stream=False)
     assert received.calls == []
     outputs = [AGENTS["anthropic"].tool_outputs(r) for r in [r for r in model.requests if r.protocol][-2:]]

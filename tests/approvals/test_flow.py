@@ -27,8 +27,9 @@ def _last_outputs(model, kind):
 
 async def _request_approval(model, agent, kind, stream, arguments):
     """The model calls the tool; the sidecar defers it; returns the approval id the model got."""
-    model.add_turns([Turn(text="Sending the reply.", tool_calls=[send(arguments)]),
-                     Turn(text="This reply awaits approval.")])
+    model.add_turns(
+        [Turn(text="Sending the reply.", tool_calls=[send(arguments)]), Turn(text="This reply awaits approval.")]
+    )
     received = await agent.ask(stream)
     assert received.calls == []
     assert "awaits approval" in received.text
@@ -56,7 +57,11 @@ async def test_approved_call_goes_through_exactly_once(model, start_approvals, k
     approval_id = await _request_approval(model, agent, kind, stream, OUTSIDE)
     [listed] = await pending(running)
     assert (listed["id"], listed["tool"], listed["session"], listed["group"]) == (
-        approval_id, "support_replies_send", session, "support-leads")
+        approval_id,
+        "support_replies_send",
+        session,
+        "support-leads",
+    )
     assert listed["arguments"] == OUTSIDE
 
     # Re-issued before anyone decided: same approval, no duplicate record.
@@ -113,8 +118,12 @@ async def test_denial_reaches_the_model_with_the_comment(model, start_approvals,
     assert received.calls == []
     assert received.text.endswith("The reply was denied.")
     [output] = _last_outputs(model, kind)
-    assert output == {"status": "denied", "reasons": ["denied by carol: no mail to outside"],
-                      "approval_id": approval_id, "retryable": False}
+    assert output == {
+        "status": "denied",
+        "reasons": ["denied by carol: no mail to outside"],
+        "approval_id": approval_id,
+        "retryable": False,
+    }
 
 
 async def test_no_approval_needed_inside_the_domain(model, start_approvals):
@@ -182,7 +191,10 @@ async def test_audit_lines_for_request_and_decisions(model, start_approvals):
         logger.setLevel(level)
     lines = [r.fields for r in records]  # type: ignore[attr-defined]
     assert [(f["action"], f["approval_id"]) for f in lines] == [
-        ("requested", approval_id), ("approved", approval_id), ("consumed", approval_id)]
+        ("requested", approval_id),
+        ("approved", approval_id),
+        ("consumed", approval_id),
+    ]
     assert lines[0]["arguments"] == OUTSIDE and lines[0]["session"] == "audited"
     assert (lines[1]["decided_by"], lines[1]["comment"]) == ("gil", "ok")
     assert lines[1]["token"].startswith("token:") and TOKEN not in str(lines[1])

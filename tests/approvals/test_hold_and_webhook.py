@@ -37,19 +37,22 @@ class TeeTransport(httpx.AsyncHTTPTransport):
             async def aclose(self) -> None:
                 await inner.aclose()  # type: ignore[union-attr]
 
-        return httpx.Response(response.status_code, headers=response.headers, stream=Stream(),
-                              extensions=response.extensions)
+        return httpx.Response(
+            response.status_code, headers=response.headers, stream=Stream(), extensions=response.extensions
+        )
 
 
-HOLD = {"tools": {"support_replies_send": {"approval_mode": "hold"}},
-        "enforcement": {"keepalive_interval_s": 0.05}}
+HOLD = {"tools": {"support_replies_send": {"approval_mode": "hold"}}, "enforcement": {"keepalive_interval_s": 0.05}}
 
 
 async def test_hold_stream_waits_for_the_approval(model, start_approvals, monkeypatch):
     running = await start_approvals(**HOLD)
     tee = TeeTransport()
-    monkeypatch.setattr(agents_module, "anthropic_client", lambda url, **kw: anthropic_client(
-        url, http_client=httpx.AsyncClient(transport=tee), **kw))
+    monkeypatch.setattr(
+        agents_module,
+        "anthropic_client",
+        lambda url, **kw: anthropic_client(url, http_client=httpx.AsyncClient(transport=tee), **kw),
+    )
     model.add_turns([Turn(text="I will send the reply now.", tool_calls=[send(OUTSIDE)])])
     agent = AGENTS["anthropic"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "held"})
 
@@ -81,8 +84,9 @@ async def test_hold_denied_and_timeout(model, start_approvals):
     model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="It was denied.")])
     asking = asyncio.ensure_future(agent.ask(stream=False))
     [held] = await wait_for_pending(running)
-    status, _ = await admin(running, "POST", f"/approvals/{held['id']}/deny",
-                            body={"by": "frank", "comment": "wrong customer"})
+    status, _ = await admin(
+        running, "POST", f"/approvals/{held['id']}/deny", body={"by": "frank", "comment": "wrong customer"}
+    )
     assert status == 200
     received = await asking
     assert received.calls == [] and received.text == "It was denied."
@@ -109,8 +113,7 @@ async def test_webhook_is_retried_until_delivered(model, start_approvals):
 
     async with serve(hook) as base_url:
         url = base_url + "/hook"
-        running = await start_approvals(approvals={"webhook_url": url, "webhook_retries": 3,
-                                                   "webhook_backoff_s": 0.01})
+        running = await start_approvals(approvals={"webhook_url": url, "webhook_retries": 3, "webhook_backoff_s": 0.01})
         model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="Awaiting approval.")])
         await AGENTS["anthropic"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "hooked"}).ask(False)
         await running.sidecar.approvals.notifier.drain()
@@ -120,11 +123,19 @@ async def test_webhook_is_retried_until_delivered(model, start_approvals):
         payload = received[-1]
         base = f"{running.admin_url}/approvals/{waiting['id']}"
         assert payload == {
-            "event": "approval_requested", "id": waiting["id"], "tool": "support_replies_send",
-            "session": "hooked", "group": "support-leads", "reasons": waiting["reasons"],
-            "arguments": OUTSIDE, "args_hash": waiting["args_hash"],
-            "created": waiting["created_at"], "expires": waiting["expires_at"],
-            "approve_url": base + "/approve", "deny_url": base + "/deny", "show_url": base,
+            "event": "approval_requested",
+            "id": waiting["id"],
+            "tool": "support_replies_send",
+            "session": "hooked",
+            "group": "support-leads",
+            "reasons": waiting["reasons"],
+            "arguments": OUTSIDE,
+            "args_hash": waiting["args_hash"],
+            "created": waiting["created_at"],
+            "expires": waiting["expires_at"],
+            "approve_url": base + "/approve",
+            "deny_url": base + "/deny",
+            "show_url": base,
         }
         assert await metric(running, "sidecar_approval_webhook_failures_total") == 0
 
@@ -141,8 +152,7 @@ async def test_webhook_failure_is_counted_and_never_blocks(model, start_approval
 
     async with serve(stuck) as base_url:
         url = base_url + "/hook"
-        running = await start_approvals(approvals={"webhook_url": url, "webhook_retries": 1,
-                                                   "webhook_backoff_s": 0.01})
+        running = await start_approvals(approvals={"webhook_url": url, "webhook_retries": 1, "webhook_backoff_s": 0.01})
         model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="Awaiting approval.")])
         received = await AGENTS["chat"](running.proxy_url, TOOLS).ask(stream=True)
         assert received.text == "Awaiting approval."  # answered while the webhook hangs

@@ -16,12 +16,19 @@ from tests.e2e.agents import AGENTS
 
 
 def _settings(model, tmp_path, policies_dir, state):
-    return load_settings(flags={
-        "listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0",
-        "anthropic_upstream": model.url, "openai_upstream": model.url,
-        "rejection_log": {"path": str(tmp_path / "rejections.jsonl")},
-        "policies": str(policies_dir), "admin_token": TOKEN, "state": state,
-    }, environ={})
+    return load_settings(
+        flags={
+            "listen": "127.0.0.1:0",
+            "admin_listen": "127.0.0.1:0",
+            "anthropic_upstream": model.url,
+            "openai_upstream": model.url,
+            "rejection_log": {"path": str(tmp_path / "rejections.jsonl")},
+            "policies": str(policies_dir),
+            "admin_token": TOKEN,
+            "state": state,
+        },
+        environ={},
+    )
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])

@@ -42,8 +42,9 @@ GOOD = '{"query":"refund","limit":10}'
 BAD = '{"query":"refund","limit":"10"}'
 
 
-def completion(arguments: str | None = GOOD, name: str = "search", response_id: str = RESPONSE_ID,
-               others: bool = False) -> bytes:
+def completion(
+    arguments: str | None = GOOD, name: str = "search", response_id: str = RESPONSE_ID, others: bool = False
+) -> bytes:
     """A whole legacy completion, pretty-printed as OpenAI sends it (others: an n=2 reply whose
     choice 1 makes a legacy call too)."""
 
@@ -60,14 +61,20 @@ def completion(arguments: str | None = GOOD, name: str = "search", response_id: 
     return json.dumps(body, indent=2).encode()
 
 
-def _chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0,
-           response_id: str = RESPONSE_ID) -> dict[str, Any]:
+def _chunk(
+    delta: dict[str, Any], finish: str | None = None, index: int = 0, response_id: str = RESPONSE_ID
+) -> dict[str, Any]:
     choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
     return {**ENVELOPE, "id": response_id, "object": "chat.completion.chunk", "choices": [choice], "usage": None}
 
 
-def stream(arguments: str | None = GOOD, name: str = "search", text: str = "",
-           response_id: str = RESPONSE_ID, others: bool = False) -> bytes:
+def stream(
+    arguments: str | None = GOOD,
+    name: str = "search",
+    text: str = "",
+    response_id: str = RESPONSE_ID,
+    others: bool = False,
+) -> bytes:
     """A legacy stream with include_usage: optional text, then the call in pieces."""
     start: dict[str, Any] = {"role": "assistant", "content": "", "refusal": None}
     chunks = [_chunk(start, response_id=response_id)]
@@ -108,9 +115,7 @@ def test_functions_are_declarations() -> None:
     assert set(declared) == {"search", "send", "lookup"}
     assert declared["search"].schema == SCHEMA
     assert declared["search"].description == "Search tickets"
-    assert OPENAI_CHAT.read_request({"messages": [], "functions": FUNCTIONS}).declarations.keys() == {
-        "search", "send"
-    }
+    assert OPENAI_CHAT.read_request({"messages": [], "functions": FUNCTIONS}).declarations.keys() == {"search", "send"}
 
 
 def test_hide_tools_filters_functions_and_the_function_call_forcing_one() -> None:
@@ -157,7 +162,10 @@ def test_function_call_is_a_call_item_with_a_synthesized_id() -> None:
     reply = OPENAI_CHAT.read_reply(body)
     [call] = reply.calls
     assert (call.id, call.name, call.arguments, call.raw_arguments) == (
-        f"function_call:{RESPONSE_ID}", "search", {"query": "refund", "limit": 10}, GOOD
+        f"function_call:{RESPONSE_ID}",
+        "search",
+        {"query": "refund", "limit": 10},
+        GOOD,
     )
     assert call.id == legacy_call_id(body, {})
     assert reply.first_call_position == 1
@@ -198,8 +206,13 @@ def test_blocked_call_becomes_the_explanation_with_finish_stop() -> None:
 
 
 def test_repair_request_is_legacy_shaped() -> None:
-    request = {"model": "m", "functions": FUNCTIONS, "stream": True, "stream_options": {"include_usage": True},
-               "messages": [{"role": "user", "content": "Refunds?"}]}
+    request = {
+        "model": "m",
+        "functions": FUNCTIONS,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": "Refunds?"}],
+    }
     reply = OPENAI_CHAT.read_reply(json.loads(completion(BAD)))
     error = {"status": "invalid_arguments", "errors": [{"field": "limit"}], "retryable": True}
     body = OPENAI_CHAT.repair_request(request, reply, [(reply.calls[0], error)])
@@ -274,8 +287,9 @@ def test_stream_other_choice_legacy_calls_never_pass() -> None:
     assembler, forwarded, held = feed_all(stream(GOOD, others=True))
     assert [c.name for c in assembler.reply().calls] == ["search"]
     out = forwarded + held
-    assert all("function_call" not in c["delta"] for chunk in chunks_of(out) for c in chunk["choices"]
-               if c["index"] == 1)
+    assert all(
+        "function_call" not in c["delta"] for chunk in chunks_of(out) for c in chunk["choices"] if c["index"] == 1
+    )
     first, other = accumulate(out).choices
     assert first.message.function_call is not None and first.finish_reason == "function_call"
     assert other.message.function_call is None

@@ -10,20 +10,28 @@ SCHEMA = {"type": "object", "properties": {}}
 CASES = {
     "anthropic": (
         ANTHROPIC,
-        [{"name": "a", "input_schema": SCHEMA}, {"name": "b", "input_schema": SCHEMA},
-         {"type": "web_search_20250305", "name": "web_search"}],
+        [
+            {"name": "a", "input_schema": SCHEMA},
+            {"name": "b", "input_schema": SCHEMA},
+            {"type": "web_search_20250305", "name": "web_search"},
+        ],
         {"type": "tool", "name": "b"},
     ),
     "chat": (
         OPENAI_CHAT,
-        [{"type": "function", "function": {"name": "a", "parameters": SCHEMA}},
-         {"type": "function", "function": {"name": "b", "parameters": SCHEMA}}],
+        [
+            {"type": "function", "function": {"name": "a", "parameters": SCHEMA}},
+            {"type": "function", "function": {"name": "b", "parameters": SCHEMA}},
+        ],
         {"type": "function", "function": {"name": "b"}},
     ),
     "responses": (
         OPENAI_RESPONSES,
-        [{"type": "function", "name": "a", "parameters": SCHEMA},
-         {"type": "function", "name": "b", "parameters": SCHEMA}, {"type": "web_search"}],
+        [
+            {"type": "function", "name": "a", "parameters": SCHEMA},
+            {"type": "function", "name": "b", "parameters": SCHEMA},
+            {"type": "web_search"},
+        ],
         {"type": "function", "name": "b"},
     ),
 }

@@ -116,8 +116,12 @@ def test_comments_and_keepalives() -> None:
     events = parse(data)
     assert fields(events) == [(None, ""), (None, "x\ny"), (None, ""), (None, "")]
     assert [e.is_comment for e in events] == [True, False, True, True]
-    assert [e.raw for e in events] == [b": keepalive\n\n", b"data: x\n: inside an event\ndata: y\n\n",
-                                       KEEPALIVE_COMMENT, b":\n\n"]
+    assert [e.raw for e in events] == [
+        b": keepalive\n\n",
+        b"data: x\n: inside an event\ndata: y\n\n",
+        KEEPALIVE_COMMENT,
+        b":\n\n",
+    ]
 
 
 def test_multi_line_data_is_joined_with_newlines() -> None:

@@ -98,55 +98,131 @@ CALL_MULTIPLY_RESPONSES = Call("call_sVidsfFJ6zlzRpelrPkTPlpd", "multiply", {"a"
 
 STREAMS: dict[str, StreamCase] = {
     "anthropic-stream-tool-use.sse": StreamCase(
-        ANTHROPIC, ("text", "tool_use"), (CALL_WEATHER,), cut=1, forwarded=6, held=9,
+        ANTHROPIC,
+        ("text", "tool_use"),
+        (CALL_WEATHER,),
+        cut=1,
+        forwarded=6,
+        held=9,
         texts={0: "I'll check the current weather in Paris for you."},
-        stop="tool_use", usage={"input_tokens": 377, "output_tokens": 65},
+        stop="tool_use",
+        usage={"input_tokens": 377, "output_tokens": 65},
     ),
     "anthropic-stream-tool-use-parallel-empty-input.sse": StreamCase(
-        ANTHROPIC, ("tool_use", "tool_use"), (CALL_PELICAN_1, CALL_PELICAN_2), cut=0, forwarded=1, held=9,
-        texts={}, stop="tool_use", usage={"input_tokens": 542, "output_tokens": 62},
+        ANTHROPIC,
+        ("tool_use", "tool_use"),
+        (CALL_PELICAN_1, CALL_PELICAN_2),
+        cut=0,
+        forwarded=1,
+        held=9,
+        texts={},
+        stop="tool_use",
+        usage={"input_tokens": 542, "output_tokens": 62},
     ),
     "anthropic-stream-thinking-tool-use.sse": StreamCase(
-        ANTHROPIC, ("thinking", "tool_use"), (CALL_FIXED_VERSION,), cut=1, forwarded=8, held=5,
-        texts={}, stop="tool_use",
+        ANTHROPIC,
+        ("thinking", "tool_use"),
+        (CALL_FIXED_VERSION,),
+        cut=1,
+        forwarded=8,
+        held=5,
+        texts={},
+        stop="tool_use",
         usage={"input_tokens": 598, "output_tokens": 92, "output_tokens_details": {"thinking_tokens": 53}},
     ),
     "anthropic-stream-server-tool-and-client-tool.sse": StreamCase(
-        ANTHROPIC, ("text", "server_tool_use", "tool_search_tool_result", "text", "tool_use"), (CALL_EXCHANGE,),
-        cut=4, forwarded=23, held=13,
+        ANTHROPIC,
+        ("text", "server_tool_use", "tool_search_tool_result", "text", "tool_use"),
+        (CALL_EXCHANGE,),
+        cut=4,
+        forwarded=23,
+        held=13,
         texts={
             0: "Let me search for a tool that can provide current exchange rate information.",
             3: "I found the right tool! Let me fetch the current USD to EUR exchange rate for you.",
         },
         stop="tool_use",
-        usage={"input_tokens": 1591, "output_tokens": 175, "server_tool_use": {"web_search_requests": 0,
-                                                                              "web_fetch_requests": 0}},
+        usage={
+            "input_tokens": 1591,
+            "output_tokens": 175,
+            "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
+        },
     ),
     "anthropic-stream-error-midstream.sse": StreamCase(
-        ANTHROPIC, ("text",), (), cut=None, forwarded=4, held=0, texts={0: ""}, error="api_error",
+        ANTHROPIC,
+        ("text",),
+        (),
+        cut=None,
+        forwarded=4,
+        held=0,
+        texts={0: ""},
+        error="api_error",
         usage={"input_tokens": 18},
     ),
     "openai-chat-stream-tool-call.sse": StreamCase(
-        OPENAI_CHAT, ("text", "function"), (CALL_MULTIPLY_CHAT,), cut=1, forwarded=0, held=15, texts={0: ""},
-        stop="tool_calls", usage={"prompt_tokens": 54, "completion_tokens": 20, "total_tokens": 74},
+        OPENAI_CHAT,
+        ("text", "function"),
+        (CALL_MULTIPLY_CHAT,),
+        cut=1,
+        forwarded=0,
+        held=15,
+        texts={0: ""},
+        stop="tool_calls",
+        usage={"prompt_tokens": 54, "completion_tokens": 20, "total_tokens": 74},
     ),
     "openai-chat-stream-tool-calls-parallel.sse": StreamCase(
-        OPENAI_CHAT, ("text", "function", "function"), (CALL_EDINBURGH, CALL_AAPL), cut=1, forwarded=1, held=25,
-        texts={0: ""}, stop="tool_calls", usage={"prompt_tokens": 149, "completion_tokens": 60, "total_tokens": 209},
+        OPENAI_CHAT,
+        ("text", "function", "function"),
+        (CALL_EDINBURGH, CALL_AAPL),
+        cut=1,
+        forwarded=1,
+        held=25,
+        texts={0: ""},
+        stop="tool_calls",
+        usage={"prompt_tokens": 149, "completion_tokens": 60, "total_tokens": 209},
     ),
     "openai-chat-stream-tool-calls-parallel-empty-args.sse": StreamCase(
-        OPENAI_CHAT, ("text", "function", "function"), (CALL_COUNTRY, CALL_PRODUCT), cut=1, forwarded=1, held=7,
-        texts={0: ""}, stop="tool_calls", usage={"prompt_tokens": 364, "completion_tokens": 40, "total_tokens": 404},
+        OPENAI_CHAT,
+        ("text", "function", "function"),
+        (CALL_COUNTRY, CALL_PRODUCT),
+        cut=1,
+        forwarded=1,
+        held=7,
+        texts={0: ""},
+        stop="tool_calls",
+        usage={"prompt_tokens": 364, "completion_tokens": 40, "total_tokens": 404},
     ),
     "openai-chat-stream-error-midstream.sse": StreamCase(
-        OPENAI_CHAT, ("text",), (), cut=None, forwarded=5, held=0, texts={0: 'The question "'}, error="server_error",
+        OPENAI_CHAT,
+        ("text",),
+        (),
+        cut=None,
+        forwarded=5,
+        held=0,
+        texts={0: 'The question "'},
+        error="server_error",
     ),
     "openai-responses-stream-function-call.sse": StreamCase(
-        OPENAI_RESPONSES, ("function_call",), (CALL_MULTIPLY_RESPONSES,), cut=0, forwarded=2, held=15, texts={},
-        stop="completed", usage={"input_tokens": 58, "output_tokens": 23, "total_tokens": 81},
+        OPENAI_RESPONSES,
+        ("function_call",),
+        (CALL_MULTIPLY_RESPONSES,),
+        cut=0,
+        forwarded=2,
+        held=15,
+        texts={},
+        stop="completed",
+        usage={"input_tokens": 58, "output_tokens": 23, "total_tokens": 81},
     ),
     "openai-responses-stream-error.chunks.jsonl": StreamCase(
-        OPENAI_RESPONSES, (), (), cut=None, forwarded=4, held=0, texts={}, error="insufficient_quota", framed=False,
+        OPENAI_RESPONSES,
+        (),
+        (),
+        cut=None,
+        forwarded=4,
+        held=0,
+        texts={},
+        error="insufficient_quota",
+        framed=False,
     ),
 }
 TAIL_STREAMS = [n for n, c in STREAMS.items() if c.calls]
@@ -187,7 +263,8 @@ MULTIPLY = "cca874634a09e8acf64ad48e8e417ba9364da9dec2eb78045787a892871c8834"
 
 REQUESTS: dict[str, RequestCase] = {
     "anthropic-request-thinking-tool-result.json": RequestCase(
-        ANTHROPIC, "claude-haiku-4-5-20251001",
+        ANTHROPIC,
+        "claude-haiku-4-5-20251001",
         {"fixed_version": Declared("Return a fixed test version string", EMPTY_OBJECT)},
         (Result("toolu_01825dXWLSoJwCst1qTsiWdb", "0.32a0", 6),),
         (("toolu_01825dXWLSoJwCst1qTsiWdb", "fixed_version", {}),),
@@ -195,22 +272,27 @@ REQUESTS: dict[str, RequestCase] = {
         "Think about it first.",
     ),
     "anthropic-request-tool-result-parallel.json": RequestCase(
-        ANTHROPIC, "claude-haiku-4-5-20251001",
+        ANTHROPIC,
+        "claude-haiku-4-5-20251001",
         {"pelican_name_generator": Declared("", EMPTY_OBJECT)},
         (Result("toolu_01LtHJmixrs9NcWQkK8hu8hj", "Charles", 7), Result("toolu_01N8a4jWyf116qKTMqKKmjyt", "Sammy", 5)),
-        (("toolu_01LtHJmixrs9NcWQkK8hu8hj", "pelican_name_generator", {}),
-         ("toolu_01N8a4jWyf116qKTMqKKmjyt", "pelican_name_generator", {})),
+        (
+            ("toolu_01LtHJmixrs9NcWQkK8hu8hj", "pelican_name_generator", {}),
+            ("toolu_01N8a4jWyf116qKTMqKKmjyt", "pelican_name_generator", {}),
+        ),
         seed="\x00Two names for a pet pelican",
     ),
     "openai-chat-request-tool-message.json": RequestCase(
-        OPENAI_CHAT, "gpt-4o-mini",
+        OPENAI_CHAT,
+        "gpt-4o-mini",
         {"multiply": Declared("Multiply two numbers.", MULTIPLY)},
         (Result("call_1EYWDzueHEp8OsB8jJSEp7WB", "2869461", 7),),
         (("call_1EYWDzueHEp8OsB8jJSEp7WB", "multiply", '{"a": 1231, "b": 2331}'),),
         seed="\x00What is 1231 * 2331?",
     ),
     "openai-chat-request-tool-messages-parallel.json": RequestCase(
-        OPENAI_CHAT, "gpt-4o",
+        OPENAI_CHAT,
+        "gpt-4o",
         {
             "get_weather": Declared("", "5f118feb63f080e5bd34bc71f32b2e9efba28cc852774cb88f549245301bb7b7"),
             "get_country": Declared("", STRICT_EMPTY_OBJECT),
@@ -263,7 +345,8 @@ REQUESTS: dict[str, RequestCase] = {
         seed="\x00Tell me: the capital of the country; the weather there; the product name",
     ),
     "openai-responses-request-function-call-output.json": RequestCase(
-        OPENAI_RESPONSES, "gpt-5.5",
+        OPENAI_RESPONSES,
+        "gpt-5.5",
         {"multiply": Declared("Multiply two numbers.", MULTIPLY)},
         (Result("call_sVidsfFJ6zlzRpelrPkTPlpd", "2869461", 7),),
         (("call_sVidsfFJ6zlzRpelrPkTPlpd", "multiply", '{"a": 1231, "b": 2331}'),),
@@ -283,12 +366,14 @@ class ReplyCase:
 
 REPLIES: dict[str, ReplyCase] = {
     "anthropic-message-tool-use.json": ReplyCase(
-        ANTHROPIC, ("tool_use",),
+        ANTHROPIC,
+        ("tool_use",),
         (Call("toolu_01A9HHF5Ezy3oBrKmSgfASm9", "get_weather", {"location": "San Francisco, CA", "units": "f"}),),
         "tool_use",
     ),
     "anthropic-message-tool-use-parallel.json": ReplyCase(
-        ANTHROPIC, ("text", "tool_use", "tool_use", "tool_use", "tool_use"),
+        ANTHROPIC,
+        ("text", "tool_use", "tool_use", "tool_use", "tool_use"),
         (
             Call("toolu_0167cfEnoQaPviGdVXA95zcu", "retrieve_entity_info", {"name": "Alice"}),
             Call("toolu_01EEe2V5HD1Ac4rKiUR4HD2T", "retrieve_entity_info", {"name": "Bob"}),
@@ -298,12 +383,14 @@ REPLIES: dict[str, ReplyCase] = {
         "tool_use",
     ),
     "openai-chat-response-tool-call.json": ReplyCase(
-        OPENAI_CHAT, ("text", "function"),
+        OPENAI_CHAT,
+        ("text", "function"),
         (Call("call_TTY8UFNo7rNCaOBUNtlRSvMG", "lookup_population", {"country": "Crumpet"}),),
         "tool_calls",
     ),
     "openai-chat-response-tool-calls-parallel.json": ReplyCase(
-        OPENAI_CHAT, ("text", "function", "function"),
+        OPENAI_CHAT,
+        ("text", "function", "function"),
         (
             Call(
                 "call_fdNz3vOBKYgOIpMdWotB9MjY", "GetWeatherArgs", {"city": "Edinburgh", "country": "GB", "units": "c"}
@@ -313,7 +400,8 @@ REPLIES: dict[str, ReplyCase] = {
         "tool_calls",
     ),
     "openai-responses-response-function-calls-parallel.json": ReplyCase(
-        OPENAI_RESPONSES, ("reasoning", *["function_call"] * 5),
+        OPENAI_RESPONSES,
+        ("reasoning", *["function_call"] * 5),
         (
             Call("call_WbWwKw4J6EXQ7Sn93fgmuZe3", "db_lookup", {"key": "begin"}),
             Call("call_et3hsNc1ipjCfuBylmAwqkEy", "db_lookup", {"key": "value"}),
@@ -330,7 +418,10 @@ ERROR_BODIES: dict[str, tuple[AnthropicDialect, int]] = {
 }
 
 TABLES: dict[str, dict[str, Any]] = {
-    "streams": STREAMS, "requests": REQUESTS, "replies": REPLIES, "error bodies": ERROR_BODIES,
+    "streams": STREAMS,
+    "requests": REQUESTS,
+    "replies": REPLIES,
+    "error bodies": ERROR_BODIES,
 }
 
 
@@ -546,13 +637,18 @@ def test_server_tool_blocks_pass_as_other_items() -> None:
     assert server.kind is result.kind is ItemKind.OTHER
     assert server.call is result.call is None
     assert server.wire == {
-        "type": "server_tool_use", "id": "srvtoolu_01S5swZdBmTzLDVzwcT5LbHp", "name": "tool_search_tool_bm25",
+        "type": "server_tool_use",
+        "id": "srvtoolu_01S5swZdBmTzLDVzwcT5LbHp",
+        "name": "tool_search_tool_bm25",
         "input": {"query": "USD EUR exchange rate currency conversion"},
     }
     assert result.wire == {
-        "type": "tool_search_tool_result", "tool_use_id": "srvtoolu_01S5swZdBmTzLDVzwcT5LbHp",
-        "content": {"type": "tool_search_tool_search_result",
-                    "tool_references": [{"type": "tool_reference", "tool_name": "get_exchange_rate"}]},
+        "type": "tool_search_tool_result",
+        "tool_use_id": "srvtoolu_01S5swZdBmTzLDVzwcT5LbHp",
+        "content": {
+            "type": "tool_search_tool_search_result",
+            "tool_references": [{"type": "tool_reference", "tool_name": "get_exchange_rate"}],
+        },
     }
     assert [c.name for c in reply.calls] == ["get_exchange_rate"]
 
@@ -588,7 +684,8 @@ def test_chat_stream_envelope_reads_like_a_completion() -> None:
     assert reply.envelope["id"] == "chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63"
     assert reply.envelope["choices"][0]["message"] == {"role": "assistant", "content": None}
     assert [i.wire["function"]["arguments"] for i in reply.items[1:]] == [
-        '{"city": "Edinburgh", "country": "GB", "units": "c"}', '{"ticker": "AAPL", "exchange": "NASDAQ"}'
+        '{"city": "Edinburgh", "country": "GB", "units": "c"}',
+        '{"ticker": "AAPL", "exchange": "NASDAQ"}',
     ]
 
 
@@ -693,8 +790,14 @@ def test_schema_hash_ignores_key_order(name: str) -> None:
 
 def test_responses_request_state_fields() -> None:
     body = wire_json("openai-responses-request-function-call-output.json")
-    stored = OPENAI_RESPONSES.read_request({**body, "store": True, "previous_response_id": "resp_1", "input": [
-        {"type": "function_call_output", "call_id": "call_x", "output": "{\"ok\":true}"}]})
+    stored = OPENAI_RESPONSES.read_request(
+        {
+            **body,
+            "store": True,
+            "previous_response_id": "resp_1",
+            "input": [{"type": "function_call_output", "call_id": "call_x", "output": '{"ok":true}'}],
+        }
+    )
     assert stored.store is True and stored.previous_response_id == "resp_1"
     assert [(r.call_id, r.content, r.size) for r in stored.results] == [("call_x", '{"ok":true}', 11)]
     assert OPENAI_RESPONSES.read_request({k: v for k, v in body.items() if k != "store"}).store is True
@@ -821,7 +924,10 @@ def rebuilt(reply: Reply) -> tuple[list[Item], list[Call]]:
 
 
 EDITS: dict[str, Callable[[Reply], tuple[list[Item], list[Call]]]] = {
-    "unchanged": keep, "drop-first": drop_first, "drop-last": drop_last, "rebuilt": rebuilt,
+    "unchanged": keep,
+    "drop-first": drop_first,
+    "drop-last": drop_last,
+    "rebuilt": rebuilt,
 }
 
 
@@ -912,11 +1018,14 @@ def test_rendered_summary_has_the_recorded_layout(name: str, edit: str) -> None:
         was, now = (next(d for d in chunks if d["type"] == "message_delta") for chunks in (original, rendered))
         assert list(now) == list(was) and list(now["delta"]) == list(was["delta"])
     elif dialect is OPENAI_CHAT:
+
         def keys(chunk: dict[str, Any]) -> list[str]:
             return [k for k in chunk if k != "obfuscation"]  # random padding, safe to drop
 
-        was, now = (next(d for d in chunks if d["choices"] and d["choices"][0]["finish_reason"])
-                    for chunks in (original, rendered))
+        was, now = (
+            next(d for d in chunks if d["choices"] and d["choices"][0]["finish_reason"])
+            for chunks in (original, rendered)
+        )
         assert keys(now) == keys(was)
         assert keys(rendered[-1]) == keys(original[-1])  # the usage chunk
     else:
@@ -1057,8 +1166,11 @@ async def read_with_sdk(dialect: Dialect, payload: bytes) -> SDKView:
         output = [o.to_dict() for o in response.output]
         return SDKView(
             [o["type"] for o in output],
-            [Call(o["call_id"], o["name"], json.loads(o["arguments"] or "{}")) for o in output
-             if o["type"] == "function_call"],
+            [
+                Call(o["call_id"], o["name"], json.loads(o["arguments"] or "{}"))
+                for o in output
+                if o["type"] == "function_call"
+            ],
             response.output_text,
             response.status,
             [o for o in output if o["type"] not in ("function_call", "message")],

@@ -115,14 +115,18 @@ class ChatAgent(Agent):
         entry: dict[str, Any] = {"role": "assistant", "content": message.content}
         if tool_calls:
             entry["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
                 for c in tool_calls
             ]
         self.history.append(entry)
         usage = completion.usage.completion_tokens if completion.usage else 0
-        self.last = Received(calls, ids, message.content or "", completion.choices[0].finish_reason, completion,
-                             headers, usage)
+        self.last = Received(
+            calls, ids, message.content or "", completion.choices[0].finish_reason, completion, headers, usage
+        )
         return self.last
 
     def answer(self, results: dict[str, str]) -> None:

@@ -91,9 +91,7 @@ async def test_choice_one_calls_never_reach_the_agent(proxy: Running, streaming:
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["whole", "stream"])
-async def test_choice_zero_is_repaired_and_choice_one_kept(
-    proxy: Running, upstream: Upstream, streaming: bool
-) -> None:
+async def test_choice_zero_is_repaired_and_choice_one_kept(proxy: Running, upstream: Upstream, streaming: bool) -> None:
     upstream.first_call = BAD
     final = await ask(proxy.proxy_url, streaming)
     first, other = final.choices

@@ -77,9 +77,7 @@ async def ask(base: str, streaming: bool) -> Received:
     messages: Any = MESSAGES
     async with openai_client(base) as client:
         if not streaming:
-            answer = await client.chat.completions.create(
-                model="gpt-test", messages=messages, functions=functions
-            )
+            answer = await client.chat.completions.create(model="gpt-test", messages=messages, functions=functions)
             choice = answer.choices[0]
             call = choice.message.function_call
             return Received(

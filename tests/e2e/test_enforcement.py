@@ -61,8 +61,11 @@ async def test_model_corrects_itself_in_round_one(model, sidecar, kind, stream, 
         {
             "status": "invalid_arguments",
             "errors": [
-                {"field": "limit", "problem": 'expected integer, got string "10"',
-                 "expected": "integer between 1 and 100 — Max results"}
+                {
+                    "field": "limit",
+                    "problem": 'expected integer, got string "10"',
+                    "expected": "integer between 1 and 100 — Max results",
+                }
             ],
             "retryable": True,
         }
@@ -139,11 +142,17 @@ async def test_observe_mode_passes_and_logs(start_sidecar, model, kind, stream, 
 
 
 async def test_unknown_tool_and_unparseable_arguments(model, sidecar):
-    model.add_turns([
-        Turn(tool_calls=[ToolCallSpec("delete_everything", {}), ToolCallSpec("support_tickets_search",
-                                                                             raw_arguments='{"query": "x",')]),
-        Turn(tool_calls=[GOOD]),
-    ])
+    model.add_turns(
+        [
+            Turn(
+                tool_calls=[
+                    ToolCallSpec("delete_everything", {}),
+                    ToolCallSpec("support_tickets_search", raw_arguments='{"query": "x",'),
+                ]
+            ),
+            Turn(tool_calls=[GOOD]),
+        ]
+    )
     received = await AGENTS["chat"](sidecar.proxy_url, TOOLS).ask(stream=False)
     assert received.calls == [("support_tickets_search", {"query": "refund", "limit": 10})]
     outputs = AGENTS["chat"].tool_outputs(_model_requests(model)[1])
@@ -153,8 +162,12 @@ async def test_unknown_tool_and_unparseable_arguments(model, sidecar):
 
 
 async def test_usage_is_summed_over_rounds(model, sidecar):
-    model.add_turns([Turn(tool_calls=[BAD], usage={"input_tokens": 10, "output_tokens": 7}),
-                     Turn(tool_calls=[GOOD], usage={"input_tokens": 20, "output_tokens": 5})])
+    model.add_turns(
+        [
+            Turn(tool_calls=[BAD], usage={"input_tokens": 10, "output_tokens": 7}),
+            Turn(tool_calls=[GOOD], usage={"input_tokens": 20, "output_tokens": 5}),
+        ]
+    )
     received = await AGENTS["anthropic"](sidecar.proxy_url, TOOLS).ask(stream=True)
     assert received.raw.usage.output_tokens == 12
 
@@ -164,11 +177,19 @@ async def test_streams_report_repair_rounds_in_a_comment(model, sidecar):
     import aiohttp
 
     model.add_turns([Turn(tool_calls=[BAD]), Turn(tool_calls=[GOOD])])
-    body = {"model": "m", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "hi"}],
-            "tools": [{"name": "support_tickets_search", "input_schema": TICKETS_SCHEMA}]}
-    async with aiohttp.ClientSession() as session, session.post(
-        sidecar.proxy_url + "/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}
-    ) as response:
+    body = {
+        "model": "m",
+        "max_tokens": 64,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "support_tickets_search", "input_schema": TICKETS_SCHEMA}],
+    }
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            sidecar.proxy_url + "/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}
+        ) as response,
+    ):
         raw = await response.read()
     assert b"\n: x-sidecar-repair-rounds: 1\n\n" in raw
     assert raw.rstrip().endswith(b'{"type":"message_stop"}')

@@ -120,8 +120,15 @@ ROUTES = [
     ("POST", "/v1/chat/completions", ANTHROPIC_HEADERS, CHAT_BODY, "openai", "/v1/chat/completions", {}),
     ("POST", "/v1/messages/count_tokens", OPENAI_HEADERS, MESSAGES_BODY, "anthropic", "/v1/messages/count_tokens", {}),
     # Paths both providers serve: the SDK's headers decide.
-    ("GET", "/v1/models?limit=2&after_id=a%26b", ANTHROPIC_HEADERS, None, "anthropic", "/v1/models",
-     {"limit": "2", "after_id": "a&b"}),
+    (
+        "GET",
+        "/v1/models?limit=2&after_id=a%26b",
+        ANTHROPIC_HEADERS,
+        None,
+        "anthropic",
+        "/v1/models",
+        {"limit": "2", "after_id": "a&b"},
+    ),
     ("GET", "/v1/models?x=%2F%20y+z", OPENAI_HEADERS, None, "openai", "/v1/models", {"x": "/ y z"}),
     ("DELETE", "/v1/files/file-abc", {"x-api-key": "k"}, None, "anthropic", "/v1/files/file-abc", {}),
     ("PATCH", "/v1/files/file-abc?q=1", OPENAI_HEADERS, {"a": 1}, "openai", "/v1/files/file-abc", {"q": "1"}),
@@ -182,9 +189,7 @@ async def test_explicit_prefixes_with_sdks(model, openai_model, split):
         message = await a.messages.create(
             model="claude-test", max_tokens=64, messages=USER, tools=[WEATHER_TOOL_ANTHROPIC]
         )
-        chat = await o.chat.completions.create(
-            model="gpt-test", messages=USER, tools=[WEATHER_TOOL_CHAT]
-        )
+        chat = await o.chat.completions.create(model="gpt-test", messages=USER, tools=[WEATHER_TOOL_CHAT])
     # Parsed as well as routed: the refused call was repaired on both.
     assert [b.input for b in message.content if b.type == "tool_use"] == [GOOD_DAYS.arguments]
     calls = chat.choices[0].message.tool_calls or []
@@ -201,12 +206,16 @@ async def test_upstream_path_prefix(model, openai_model, start_sidecar):
         await a.messages.create(model="claude-test", max_tokens=16, messages=USER)
         await o.chat.completions.create(model="gpt-test", messages=USER)
         await o.models.list()
-    async with aiohttp.ClientSession() as session, session.get(
-        URL(running.proxy_url + "/v1/models?after_id=a%26b", encoded=True), headers=ANTHROPIC_HEADERS
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            URL(running.proxy_url + "/v1/models?after_id=a%26b", encoded=True), headers=ANTHROPIC_HEADERS
+        ) as response,
+    ):
         assert response.status == 200
     assert [(r.path, r.query) for r in model.requests] == [
-        ("/anth/v1/messages", {}), ("/anth/v1/models", {"after_id": "a&b"})
+        ("/anth/v1/messages", {}),
+        ("/anth/v1/models", {"after_id": "a&b"}),
     ]
     assert [r.path for r in openai_model.requests] == ["/oai/v2/v1/chat/completions", "/oai/v2/v1/models"]
 
@@ -243,8 +252,12 @@ async def test_request_headers(model, sidecar, chunked):
     framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}"
     wire = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if chunked else body
     lines = [
-        "POST /v1/messages HTTP/1.1", "Host: elsewhere.example:443", "Content-Type: application/json", framing,
-        "X-Sidecar-Session: session-42", *(f"{k}: {v}" for k, v in CREDENTIALS.items()),
+        "POST /v1/messages HTTP/1.1",
+        "Host: elsewhere.example:443",
+        "Content-Type: application/json",
+        framing,
+        "X-Sidecar-Session: session-42",
+        *(f"{k}: {v}" for k, v in CREDENTIALS.items()),
         *(f"{k}: {v}" for k, v in HOP_REQUEST),
     ]
     status, _, payload = await raw_http(sidecar.proxy_url, "\n".join(lines) + "\n", wire)
@@ -261,9 +274,15 @@ async def test_request_headers(model, sidecar, chunked):
 
 async def test_response_headers(model, sidecar):
     hop = {
-        "Connection": "X-Hop-Named", "X-Hop-Named": "1", "Keep-Alive": "timeout=5", "Upgrade": "h2c",
-        "Trailer": "X-Checksum", "Proxy-Authenticate": "Basic", "Proxy-Custom": "1",
-        "Retry-After": "7", "X-End-To-End": "kept",
+        "Connection": "X-Hop-Named",
+        "X-Hop-Named": "1",
+        "Keep-Alive": "timeout=5",
+        "Upgrade": "h2c",
+        "Trailer": "X-Checksum",
+        "Proxy-Authenticate": "Basic",
+        "Proxy-Custom": "1",
+        "Retry-After": "7",
+        "X-End-To-End": "kept",
     }
     turn = Turn(error=UpstreamError(429, headers=hop))
     head = "POST /v1/messages HTTP/1.1\nHost: x\nContent-Type: application/json\nanthropic-version: 2023-06-01\n"
@@ -294,16 +313,20 @@ async def test_secrets_never_logged(model, start_sidecar, tmp_path, caplog, capf
     try:
         running = await start_sidecar(upstream_timeout_s=0.5)
         model.add_turns(
-            Turn(tool_calls=[BAD_DAYS]), Turn(tool_calls=[GOOD_DAYS]),  # rejected, repaired
-            Turn(tool_calls=[BAD_DAYS]), Turn(error=UpstreamError(401)),  # repair round fails upstream
-            Turn(tool_calls=[BAD_DAYS]), Turn(tool_calls=[GOOD_DAYS]),  # the same over OpenAI
+            Turn(tool_calls=[BAD_DAYS]),
+            Turn(tool_calls=[GOOD_DAYS]),  # rejected, repaired
+            Turn(tool_calls=[BAD_DAYS]),
+            Turn(error=UpstreamError(401)),  # repair round fails upstream
+            Turn(tool_calls=[BAD_DAYS]),
+            Turn(tool_calls=[GOOD_DAYS]),  # the same over OpenAI
             Turn(error=UpstreamError(401)),
             Turn(text="slow words that never finish arriving", delay_s=2),  # stream times out
         )
         extra = {"Proxy-Authorization": "Basic cHJveHk6c2VjcmV0", "x-api-key": API_KEY_ANTHROPIC}
-        async with anthropic_client(running.proxy_url, default_headers=extra) as a, openai_client(
-            running.proxy_url, default_headers=extra, organization=org, project=project
-        ) as o:
+        async with (
+            anthropic_client(running.proxy_url, default_headers=extra) as a,
+            openai_client(running.proxy_url, default_headers=extra, organization=org, project=project) as o,
+        ):
             tools: Any = [WEATHER_TOOL_ANTHROPIC]
             await a.messages.create(model="claude-test", max_tokens=64, messages=USER, tools=tools)
             await a.messages.create(model="claude-test", max_tokens=64, messages=USER, tools=tools)
@@ -347,8 +370,11 @@ async def test_requests_cannot_choose_the_destination(model, start_sidecar, deco
         (f"GET http://{where}/x HTTP/1.1\nHost: {where}\n", "/prefix/x"),
         (f"GET http://{where}//{where}/x?k=v HTTP/1.1\nHost: {where}\n", f"/prefix/{where}/x"),
         (f"GET /x HTTP/1.1\nHost: {where}\n", "/prefix/x"),
-        (f"GET /x HTTP/1.1\nHost: s\nX-Forwarded-Host: {where}\nForwarded: host={where}\n"
-         f"X-Forwarded-Port: {where.rsplit(':', 1)[1]}\nX-Original-URL: http://{where}/x\n", "/prefix/x"),
+        (
+            f"GET /x HTTP/1.1\nHost: s\nX-Forwarded-Host: {where}\nForwarded: host={where}\n"
+            f"X-Forwarded-Port: {where.rsplit(':', 1)[1]}\nX-Original-URL: http://{where}/x\n",
+            "/prefix/x",
+        ),
         (f"GET //{where}/x HTTP/1.1\nHost: s\n", f"/prefix/{where}/x"),
         ("GET /..//x HTTP/1.1\nHost: s\n", "/prefix/x"),
         ("GET /../../x HTTP/1.1\nHost: s\n", "/prefix/x"),
@@ -396,9 +422,12 @@ async def test_body_limit_on_the_wire(model, start_sidecar, chunked):
                 yield body[i : i + 500]
 
         data: Any = pieces() if chunked else body
-        async with aiohttp.ClientSession() as session, session.post(
-            running.proxy_url + path, data=data, headers={**ANTHROPIC_HEADERS, "content-type": "application/json"}
-        ) as response:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                running.proxy_url + path, data=data, headers={**ANTHROPIC_HEADERS, "content-type": "application/json"}
+            ) as response,
+        ):
             return response.status, await response.read()
 
     def padded(size: int) -> bytes:
@@ -423,9 +452,10 @@ async def test_compressed_request_bodies_are_read_and_forwarded_plain(model, sid
     plain = orjson.dumps({**MESSAGES_BODY, "tools": [WEATHER_TOOL_ANTHROPIC]})
     headers = {**ANTHROPIC_HEADERS, "content-type": "application/json", "content-encoding": "gzip"}
     model.add_turns([Turn(tool_calls=[BAD_DAYS]), Turn(text="repaired")])
-    async with aiohttp.ClientSession() as session, session.post(
-        sidecar.proxy_url + path, data=gzip.compress(plain), headers=headers
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(sidecar.proxy_url + path, data=gzip.compress(plain), headers=headers) as response,
+    ):
         assert response.status == 200
     first = model.requests[0]
     assert first.body == plain
@@ -484,9 +514,10 @@ async def test_gzip_passthrough_and_errors(model, sidecar):
     assert a_error.value.body["error"]["type"] == "overloaded_error"
     # And what the scripted model sent was really compressed.
     model.add_turns(Turn(text="zipped", gzip=True))
-    async with aiohttp.ClientSession(auto_decompress=False) as session, session.post(
-        model.url + "/v1/messages", json=MESSAGES_BODY, headers=ANTHROPIC_HEADERS
-    ) as response:
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as session,
+        session.post(model.url + "/v1/messages", json=MESSAGES_BODY, headers=ANTHROPIC_HEADERS) as response,
+    ):
         assert response.headers["Content-Encoding"] == "gzip"
         assert b"zipped" in gzip.decompress(await response.read())
 
@@ -506,9 +537,10 @@ async def test_stream_is_forwarded_as_it_arrives(model, sidecar, protocol):
     model.add_turns(Turn(text="one two three four five six seven eight nine", delay_s=0.15))
     arrivals: list[tuple[float, bytes]] = []
     started = time.perf_counter()
-    async with aiohttp.ClientSession() as session, session.post(
-        sidecar.proxy_url + path, json=body, headers=headers
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(sidecar.proxy_url + path, json=body, headers=headers) as response,
+    ):
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/event-stream")
         async for chunk in response.content.iter_any():

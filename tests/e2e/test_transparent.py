@@ -90,9 +90,10 @@ async def test_anthropic_stream_bytes_identical(model, sidecar):
     headers = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
 
     async def call(base: str) -> bytes:
-        async with aiohttp.ClientSession() as session, session.post(
-            base + "/v1/messages", json=body, headers=headers
-        ) as response:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(base + "/v1/messages", json=body, headers=headers) as response,
+        ):
             return await response.read()
 
     via, direct = await _twice(model, sidecar, PARALLEL, call)
@@ -109,7 +110,10 @@ async def test_openai_chat_create_and_stream(model, sidecar, turns):
             )
             model.add_turns(turns)
             stream = await client.chat.completions.create(
-                model="gpt-test", messages=USER, tools=[WEATHER_TOOL_CHAT, NOARG_TOOL_CHAT], stream=True,
+                model="gpt-test",
+                messages=USER,
+                tools=[WEATHER_TOOL_CHAT, NOARG_TOOL_CHAT],
+                stream=True,
                 stream_options={"include_usage": True},
             )
             chunks = [_clockless(chunk.model_dump_json()) async for chunk in stream]
@@ -158,9 +162,10 @@ async def test_sync_clients_work_too(model, sidecar):
     model.add_turns([Turn(text="hello"), Turn(text="hi"), Turn(text="hey")])
 
     def run() -> list[str]:
-        with anthropic.Anthropic(base_url=sidecar.proxy_url, api_key="k", max_retries=0) as a, openai.OpenAI(
-            base_url=sidecar.proxy_url + "/v1", api_key="k", max_retries=0
-        ) as o:
+        with (
+            anthropic.Anthropic(base_url=sidecar.proxy_url, api_key="k", max_retries=0) as a,
+            openai.OpenAI(base_url=sidecar.proxy_url + "/v1", api_key="k", max_retries=0) as o,
+        ):
             m = a.messages.create(model="c", max_tokens=8, messages=[{"role": "user", "content": "x"}])
             c = o.chat.completions.create(model="g", messages=[{"role": "user", "content": "x"}])
             r = o.responses.create(model="g", input="x")

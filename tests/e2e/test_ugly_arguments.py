@@ -55,8 +55,12 @@ CASES = {
     "undeclared-property": ({"colour": "red"}, "colour", 'unknown property "colour"', "declared properties"),
     "date-as-free-text": ({"since": "next Tuesday"}, "since", '"next Tuesday" is not a valid date', "YYYY-MM-DD"),
     "nested-object": ({"customer": {"email": "nope"}}, "customer.email", "not a valid email", "email address"),
-    "array-of-objects": ({"items": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 1}, {"sku": "c", "qty": 0}]},
-                         "items[2].qty", "less than the minimum 1", "at least 1"),
+    "array-of-objects": (
+        {"items": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 1}, {"sku": "c", "qty": 0}]},
+        "items[2].qty",
+        "less than the minimum 1",
+        "at least 1",
+    ),
 }
 PROTOCOLS = [(kind, stream) for kind in AGENTS for stream in (False, True)]
 
@@ -66,8 +70,9 @@ PROTOCOLS = [(kind, stream) for kind in AGENTS for stream in (False, True)]
 async def test_ugly_argument_is_refused_then_corrected(model, sidecar, kind, stream, case):
     extra, field, problem, expected = CASES[case]
     bad = {"query": "refund", **extra}
-    model.add_turns([Turn(tool_calls=[ToolCallSpec("orders_search", bad)]),
-                     Turn(tool_calls=[ToolCallSpec("orders_search", GOOD)])])
+    model.add_turns(
+        [Turn(tool_calls=[ToolCallSpec("orders_search", bad)]), Turn(tool_calls=[ToolCallSpec("orders_search", GOOD)])]
+    )
     received = await AGENTS[kind](sidecar.proxy_url, TOOLS).ask(stream)
 
     assert received.calls == [("orders_search", GOOD)]

@@ -63,8 +63,6 @@ def _sdk_status_error(protocol: str) -> type[Exception]:
     return anthropic.APIStatusError if protocol == "anthropic" else openai.APIStatusError
 
 
-
-
 # -- provider errors pass through --------------------------------------------------------------
 
 
@@ -148,8 +146,13 @@ async def test_in_stream_error_reaches_the_sdk(model, sidecar, protocol, after):
     errors: list[Any] = []
     for base in (sidecar.proxy_url, model.url):
         model.reset(seed=5)
-        model.add_turns(Turn(text="a few words before it breaks", stream_error_after=after,
-                             error=UpstreamError(529 if protocol == "anthropic" else 500)))
+        model.add_turns(
+            Turn(
+                text="a few words before it breaks",
+                stream_error_after=after,
+                error=UpstreamError(529 if protocol == "anthropic" else 500),
+            )
+        )
         errors.append(await _error_of(call, base))
     via, direct = errors
     assert type(via) is type(direct)
@@ -173,8 +176,11 @@ async def test_stream_stalling_midway_ends_with_an_error(model, start_sidecar, p
 # -- the agent hangs up: the upstream request is cancelled -------------------------------------
 
 BODIES = {
-    "anthropic": ("/v1/messages", {"model": "claude-test", "max_tokens": 512, "messages": USER, "stream": True},
-                  {"anthropic-version": "2023-06-01", "x-api-key": "k"}),
+    "anthropic": (
+        "/v1/messages",
+        {"model": "claude-test", "max_tokens": 512, "messages": USER, "stream": True},
+        {"anthropic-version": "2023-06-01", "x-api-key": "k"},
+    ),
     "openai_chat": ("/v1/chat/completions", {"model": "gpt-test", "messages": USER, "stream": True}, {}),
     "openai_responses": ("/v1/responses", {"model": "gpt-test", "input": "Hello?", "stream": True}, {}),
 }
@@ -261,13 +267,38 @@ async def test_stream_cut_before_its_last_event_ends_with_an_error_event(start_s
     from aiohttp import web
 
     events = [
-        ("message_start", {"type": "message_start", "message": {
-            "id": "msg_cut", "type": "message", "role": "assistant", "model": "m", "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}}),
-        ("content_block_start", {"type": "content_block_start", "index": 0,
-                                 "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "t", "input": {}}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                 "delta": {"type": "input_json_delta", "partial_json": "{\"a\": 1}"}}),
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_cut",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "m",
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 1, "output_tokens": 1},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "t", "input": {}},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"a": 1}'},
+            },
+        ),
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
     ]
 
@@ -282,7 +313,9 @@ async def test_stream_cut_before_its_last_event_ends_with_an_error_event(start_s
         async with anthropic_client(sidecar.proxy_url) as client:
             with pytest.raises(anthropic.APIStatusError) as raised:
                 async with client.messages.stream(
-                    model="m", max_tokens=16, messages=[{"role": "user", "content": "x"}],
+                    model="m",
+                    max_tokens=16,
+                    messages=[{"role": "user", "content": "x"}],
                     tools=[{"name": "t", "input_schema": {"type": "object"}}],
                 ) as stream:
                     async for event in stream:

@@ -192,9 +192,7 @@ BOUNDARIES = [
 
 
 @pytest.mark.parametrize(("field", "past", "at", "problem", "expected"), BOUNDARIES)
-def test_boundaries(
-    lockdown: Lockdown, field: str, past: Any, at: Any, problem: str, expected: str
-) -> None:
+def test_boundaries(lockdown: Lockdown, field: str, past: Any, at: Any, problem: str, expected: str) -> None:
     args = {"query": "shoes", field: past}
     err = only_error(check(lockdown, SEARCH, args))
     assert (err.field, err.kind) == (field, "range")
@@ -444,9 +442,7 @@ def test_unknown_tool(lockdown: Lockdown) -> None:
 
 
 def test_unparseable_arguments(lockdown: Lockdown) -> None:
-    call = ToolCall(
-        "c", "search", None, '{"query": "x",', parse_error="invalid JSON at line 1 column 15"
-    )
+    call = ToolCall("c", "search", None, '{"query": "x",', parse_error="invalid JSON at line 1 column 15")
     verdict = lockdown.check(call, ToolDeclaration.create("search", SEARCH), ON)
     err = only_error(verdict)
     assert (err.field, err.kind) == ("", "type")

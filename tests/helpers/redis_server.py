@@ -18,8 +18,6 @@ class RedisServerMissing(RuntimeError):
     """redis-server is not installed; the Redis tests must fail, not skip (CI installs it)."""
 
 
-
-
 @contextmanager
 def run_redis_server(timeout_s: float = 10.0) -> Iterator[str]:
     """Start redis-server on a free loopback port, yield its URL, stop it afterwards."""
@@ -33,9 +31,23 @@ def run_redis_server(timeout_s: float = 10.0) -> Iterator[str]:
         for _attempt in range(3):  # the free port may be taken between probe and bind
             port = free_port()
             proc = subprocess.Popen(
-                [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", workdir, "--protected-mode", "yes"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    binary,
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    workdir,
+                    "--protected-mode",
+                    "yes",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             url = f"redis://127.0.0.1:{port}/0"
             client = redis.Redis.from_url(url, socket_connect_timeout=0.2, socket_timeout=0.2)

@@ -29,8 +29,11 @@ class Scrape:
     def total(self, sample: str, **labels: str) -> float:
         """Sum of every series of `sample` whose labels include `labels`."""
         family = self._family_of(sample)
-        return sum(float(s.value) for s in family.samples
-                   if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()))
+        return sum(
+            float(s.value)
+            for s in family.samples
+            if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
+        )
 
     def label_values(self, label: str) -> set[str]:
         return {s.labels[label] for f in self.families.values() for s in f.samples if label in s.labels}

@@ -30,14 +30,17 @@ async def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str
     return code, out, err
 
 
-async def test_status_table_and_json(model: ScriptedModel, start_sidecar: StartSidecar,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+async def test_status_table_and_json(
+    model: ScriptedModel, start_sidecar: StartSidecar, capsys: pytest.CaptureFixture[str]
+) -> None:
     running = await start_sidecar()
-    model.add_turns([
-        Turn(tool_calls=[ToolCallSpec("list_orders", {"limit": "5"})]),
-        Turn(tool_calls=[ToolCallSpec("list_orders", {"limit": 5})]),
-        Turn(text="Here."),
-    ])
+    model.add_turns(
+        [
+            Turn(tool_calls=[ToolCallSpec("list_orders", {"limit": "5"})]),
+            Turn(tool_calls=[ToolCallSpec("list_orders", {"limit": 5})]),
+            Turn(text="Here."),
+        ]
+    )
     agent = AGENTS["anthropic"](running.proxy_url, {"list_orders": SCHEMA})
     received = await agent.ask(stream=False)
     agent.answer({received.call_ids[0]: '{"orders": []}'})
@@ -57,8 +60,20 @@ async def test_status_table_and_json(model: ScriptedModel, start_sidecar: StartS
     lines = table.splitlines()
     assert lines[0].startswith("sidecar: ready")
     header = lines[2].split()
-    assert header == ["tool", "calls", "allow", "reject", "deny", "approval", "replay",
-                      "p50", "p95", "errors", "replays", "repairs"]
+    assert header == [
+        "tool",
+        "calls",
+        "allow",
+        "reject",
+        "deny",
+        "approval",
+        "replay",
+        "p50",
+        "p95",
+        "errors",
+        "replays",
+        "repairs",
+    ]
     row = next(line.split() for line in lines if line.startswith("list_orders"))
     assert row[:7] == ["list_orders", "2", "1", "1", "0", "0", "0"]
     assert row[7].endswith("ms") and row[8].endswith("ms")
@@ -69,7 +84,9 @@ async def test_status_table_and_json(model: ScriptedModel, start_sidecar: StartS
 
 
 async def test_status_admin_url_from_environment_and_unreachable(
-    start_sidecar: StartSidecar, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    start_sidecar: StartSidecar,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     running = await start_sidecar()
     monkeypatch.setenv("SIDECAR_ADMIN_URL", running.admin_url)
@@ -90,25 +107,41 @@ def test_render_not_ready_component() -> None:
 def test_demo_log_feeds_rejections_top_and_promote(tmp_path: Path) -> None:
     log = tmp_path / "demo-rejections.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    demo = subprocess.run([SIDECAR, "demo", "--rejection-log", str(log)], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=120)
+    demo = subprocess.run(
+        [SIDECAR, "demo", "--rejection-log", str(log)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert demo.returncode == 0, demo.stderr
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert records and all(r["tool"] and r["action"] for r in records)
 
-    top = subprocess.run([SIDECAR, "rejections", "top", str(log)], capture_output=True, text=True, env=env,
-                         timeout=60)
+    top = subprocess.run([SIDECAR, "rejections", "top", str(log)], capture_output=True, text=True, env=env, timeout=60)
     assert top.returncode == 0, top.stderr
     for record in records:
         assert record["tool"] in top.stdout
 
     out = tmp_path / "promoted"
-    promote = subprocess.run([SIDECAR, "rejections", "promote", str(log), "--out", str(out)],
-                             capture_output=True, text=True, env=env, timeout=60)
+    promote = subprocess.run(
+        [SIDECAR, "rejections", "promote", str(log), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert promote.returncode == 0, promote.stderr
     modules = sorted(out.rglob("test_*.py"))
     assert modules, f"promote wrote no pytest module: {promote.stdout}"
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert " passed" in run.stdout

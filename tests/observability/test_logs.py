@@ -52,18 +52,23 @@ def sidecar_logs(
 
 
 async def test_json_lines_with_trace_ids_and_no_secrets(
-    model: ScriptedModel, start_traced: StartTraced, sidecar_logs: pytest.LogCaptureFixture,
-    capfd: pytest.CaptureFixture[str], tmp_path: Path,
+    model: ScriptedModel,
+    start_traced: StartTraced,
+    sidecar_logs: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     traced = await start_traced(capture_content=True)
     url = traced.running.proxy_url
     headers = {"traceparent": TRACEPARENT}
     for kind in ("anthropic", "chat", "responses"):
-        model.add_turns([
-            Turn(tool_calls=[ToolCallSpec("list_orders", {"limit": "5"})]),
-            Turn(tool_calls=[ToolCallSpec("list_orders", {"limit": 5})]),
-            Turn(text="Here."),
-        ])
+        model.add_turns(
+            [
+                Turn(tool_calls=[ToolCallSpec("list_orders", {"limit": "5"})]),
+                Turn(tool_calls=[ToolCallSpec("list_orders", {"limit": 5})]),
+                Turn(text="Here."),
+            ]
+        )
         agent = AGENTS[kind](url, TOOLS, headers=headers)
         received = await agent.ask(stream=kind == "chat")
         agent.answer({received.call_ids[0]: '{"orders": []}'})
@@ -90,8 +95,9 @@ async def test_json_lines_with_trace_ids_and_no_secrets(
 
     rejection_log = (tmp_path / "rejections.jsonl").read_text()
     assert len(rejection_log.splitlines()) == 3
-    everything = "\n".join([out, err, rejection_log, sidecar_logs.text,
-                            *(repr(r.__dict__) for r in sidecar_logs.records)])
+    everything = "\n".join(
+        [out, err, rejection_log, sidecar_logs.text, *(repr(r.__dict__) for r in sidecar_logs.records)]
+    )
     for key in (API_KEY_ANTHROPIC, API_KEY_OPENAI):
         assert key not in everything
         assert key[-12:] not in everything  # not even a tail of it

@@ -53,8 +53,14 @@ CONTRACT = {
 
 def _answer_error(agent: Agent, content: str) -> None:
     assert agent.last is not None
-    agent.history.append({"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": agent.last.call_ids[0], "content": content, "is_error": True}]})
+    agent.history.append(
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": agent.last.call_ids[0], "content": content, "is_error": True}
+            ],
+        }
+    )
 
 
 async def _workload(model: ScriptedModel, proxy_url: str) -> None:
@@ -175,11 +181,13 @@ async def test_openmetrics_when_the_scraper_asks(model: ScriptedModel, start_sid
 async def test_tool_label_is_capped(model: ScriptedModel, start_sidecar: StartSidecar) -> None:
     running = await start_sidecar(telemetry={"tool_label_cap": 3})
     tools = {f"tool_{n}": {"type": "object", "properties": {}} for n in range(5)}
-    model.add_turns([
-        Turn(tool_calls=[ToolCallSpec(f"tool_{n}", {}) for n in range(5)]),
-        Turn(tool_calls=[ToolCallSpec("invented_tool", {})]),
-        Turn(tool_calls=[ToolCallSpec("tool_0", {})]),
-    ])
+    model.add_turns(
+        [
+            Turn(tool_calls=[ToolCallSpec(f"tool_{n}", {}) for n in range(5)]),
+            Turn(tool_calls=[ToolCallSpec("invented_tool", {})]),
+            Turn(tool_calls=[ToolCallSpec("tool_0", {})]),
+        ]
+    )
     agent = AGENTS["chat"](running.proxy_url, tools)
     received = await agent.ask(stream=False)
     assert len(received.calls) == 5
@@ -194,10 +202,9 @@ async def test_tool_label_is_capped(model: ScriptedModel, start_sidecar: StartSi
     assert m.value("sidecar_tool_results_total", tool="other", outcome="ok") == 2
 
 
-
-
-async def test_real_prometheus_scrapes_the_admin_port(model: ScriptedModel, start_sidecar: StartSidecar,
-                                                      tmp_path: Path) -> None:
+async def test_real_prometheus_scrapes_the_admin_port(
+    model: ScriptedModel, start_sidecar: StartSidecar, tmp_path: Path
+) -> None:
     binary = shutil.which("prometheus")
     assert binary is not None, (
         "the Debian `prometheus` server is required for this test (apt-get install -y prometheus); "
@@ -218,8 +225,12 @@ async def test_real_prometheus_scrapes_the_admin_port(model: ScriptedModel, star
     log = tmp_path / "prometheus.log"
     with log.open("wb") as stderr:
         proc = await asyncio.create_subprocess_exec(
-            binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}", stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=stderr,
         )
     try:
         result = await _wait_for_series(f"http://127.0.0.1:{port}", proc, log)
@@ -238,9 +249,7 @@ async def test_real_prometheus_scrapes_the_admin_port(model: ScriptedModel, star
     assert float(series["value"][1]) == 1.0
 
 
-async def _wait_for_series(
-    prometheus_url: str, proc: asyncio.subprocess.Process, log: Path
-) -> list[dict[str, Any]]:
+async def _wait_for_series(prometheus_url: str, proc: asyncio.subprocess.Process, log: Path) -> list[dict[str, Any]]:
     """Poll the query API until the sidecar's series is there (Prometheus needs a scrape or two)."""
     query = f"{prometheus_url}/api/v1/query"
     async with aiohttp.ClientSession() as session:

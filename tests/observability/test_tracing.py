@@ -48,20 +48,26 @@ def _answer_error(agent: Any, content: str) -> None:
     assert agent.last is not None
     call_id = agent.last.call_ids[0]
     if agent.kind == "anthropic":
-        agent.history.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": True}]})
+        agent.history.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": True}],
+            }
+        )
     else:
         agent.answer({call_id: content})
 
 
 def _all_attribute_values(spans: list[Any]) -> str:
-    return json.dumps([{k: (list(v) if isinstance(v, tuple) else v) for k, v in (s.attributes or {}).items()}
-                       for s in spans])
+    return json.dumps(
+        [{k: (list(v) if isinstance(v, tuple) else v) for k, v in (s.attributes or {}).items()} for s in spans]
+    )
 
 
 @MATRIX
-async def test_request_repair_and_tool_spans(model: ScriptedModel, start_traced: StartTraced, kind: str,
-                                             stream: bool) -> None:
+async def test_request_repair_and_tool_spans(
+    model: ScriptedModel, start_traced: StartTraced, kind: str, stream: bool
+) -> None:
     traced = await start_traced()
     model.add_turns([Turn(text="Searching.", tool_calls=[BAD]), Turn(text="Fixed.", tool_calls=[GOOD])])
     agent = AGENTS[kind](traced.running.proxy_url, TOOLS, headers={"traceparent": TRACEPARENT})
@@ -159,11 +165,15 @@ async def test_refusals_and_tool_errors_set_error_type(model: ScriptedModel, sta
     agent = AGENTS["anthropic"](traced.running.proxy_url, TOOLS)
     blocked = await agent.ask(stream=False)
     assert blocked.calls == []
-    kinds = [(s.attributes or {}).get("error.type") for s in
-             sorted(traced.named("execute_tool"), key=lambda s: s.start_time or 0)]
+    kinds = [
+        (s.attributes or {}).get("error.type")
+        for s in sorted(traced.named("execute_tool"), key=lambda s: s.start_time or 0)
+    ]
     assert kinds == ["unknown_tool", "unknown_tool", "schema_violation"]
-    actions = [(s.attributes or {}).get("sidecar.action") for s in
-               sorted(traced.named("execute_tool"), key=lambda s: s.start_time or 0)]
+    actions = [
+        (s.attributes or {}).get("sidecar.action")
+        for s in sorted(traced.named("execute_tool"), key=lambda s: s.start_time or 0)
+    ]
     assert actions == ["repair", "repair", "blocked"]
     assert [s.name for s in traced.named("repair_round")] == ["repair_round 1", "repair_round 2"]
     (request_span,) = traced.named("chat ")
@@ -205,8 +215,9 @@ async def test_pending_tool_spans_are_bounded(model: ScriptedModel, start_traced
     assert sorted((s.attributes or {})["gen_ai.tool.call.id"] for s in traced.named("execute_tool")) == sorted(ids)
 
 
-async def test_otlp_http_export_of_spans_and_tool_duration(model: ScriptedModel, start_traced: StartTraced,
-                                                           otlp: OtlpReceiver) -> None:
+async def test_otlp_http_export_of_spans_and_tool_duration(
+    model: ScriptedModel, start_traced: StartTraced, otlp: OtlpReceiver
+) -> None:
     traced = await start_traced(otlp_metrics=True)
     model.add_turns([Turn(text="Searching.", tool_calls=[BAD]), Turn(tool_calls=[GOOD]), Turn(text="Done.")])
     agent = AGENTS["anthropic"](traced.running.proxy_url, TOOLS, headers={"traceparent": TRACEPARENT})
@@ -234,8 +245,9 @@ async def test_otlp_http_export_of_spans_and_tool_duration(model: ScriptedModel,
         for kv in span.attributes:
             value = kv.value
             kind = value.WhichOneof("value")
-            out[kv.key] = [v.string_value for v in value.array_value.values] if kind == "array_value" \
-                else getattr(value, kind)
+            out[kv.key] = (
+                [v.string_value for v in value.array_value.values] if kind == "array_value" else getattr(value, kind)
+            )
         return out
 
     chat = attributes(first)
@@ -244,8 +256,9 @@ async def test_otlp_http_export_of_spans_and_tool_duration(model: ScriptedModel,
     assert chat["gen_ai.request.model"] == "claude-test"
     assert chat["gen_ai.response.finish_reasons"] == ["tool_use"]
     assert chat["gen_ai.usage.output_tokens"] > 0
-    tools = sorted((attributes(s) for s in by_name["execute_tool search_tickets"]),
-                   key=lambda a: a.get("error.type", ""))
+    tools = sorted(
+        (attributes(s) for s in by_name["execute_tool search_tickets"]), key=lambda a: a.get("error.type", "")
+    )
     assert tools[0]["gen_ai.tool.call.id"] == received.call_ids[0] and "error.type" not in tools[0]
     assert tools[1]["error.type"] == "schema_violation"
     assert SECRET_ARG not in str([attributes(s) for s in spans])
@@ -256,8 +269,11 @@ async def test_otlp_http_export_of_spans_and_tool_duration(model: ScriptedModel,
     assert point.count == 1
     assert 0 < point.sum < 60  # seconds, not milliseconds
     labels = {kv.key: kv.value.string_value for kv in point.attributes}
-    assert labels == {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_tickets",
-                      "gen_ai.provider.name": "anthropic"}
+    assert labels == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "search_tickets",
+        "gen_ai.provider.name": "anthropic",
+    }
 
 
 async def test_tracing_off_installs_nothing(model: ScriptedModel, sidecar: Any) -> None:

@@ -53,8 +53,6 @@ async def opa_stub() -> AsyncIterator[StubServer]:
     await server.runner.cleanup()
 
 
-
-
 @pytest.fixture(scope="session")
 def real_opa() -> Iterator[str]:
     """`opa run --server` over the shipped policies (only when the binary exists)."""

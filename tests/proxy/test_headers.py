@@ -41,9 +41,14 @@ def _names(headers: CIMultiDict[str]) -> set[str]:
 
 def test_request_drops_hop_by_hop_keeps_credentials():
     incoming = _headers(
-        *CREDENTIALS.items(), *HOP_BY_HOP,
-        ("Host", "evil.example"), ("Content-Length", "12"), ("Accept-Encoding", "br, zstd"),
-        ("X-Sidecar-Session", "s-1"), ("Content-Type", "application/json"), ("X-Stainless-Lang", "python"),
+        *CREDENTIALS.items(),
+        *HOP_BY_HOP,
+        ("Host", "evil.example"),
+        ("Content-Length", "12"),
+        ("Accept-Encoding", "br, zstd"),
+        ("X-Sidecar-Session", "s-1"),
+        ("Content-Type", "application/json"),
+        ("X-Stainless-Lang", "python"),
     )
     out = upstream_request_headers(incoming, drop=["X-Sidecar-Session"])
     for name, value in CREDENTIALS.items():
@@ -63,8 +68,12 @@ def test_request_keeps_repeated_end_to_end_headers():
 
 def test_response_drops_hop_by_hop_and_stale_framing():
     incoming = _headers(
-        *HOP_BY_HOP, ("Content-Encoding", "gzip"), ("Content-Length", "99"),
-        ("Content-Type", "application/json"), ("request-id", "req_1"), ("Set-Cookie", "a=1"),
+        *HOP_BY_HOP,
+        ("Content-Encoding", "gzip"),
+        ("Content-Length", "99"),
+        ("Content-Type", "application/json"),
+        ("request-id", "req_1"),
+        ("Set-Cookie", "a=1"),
         ("anthropic-ratelimit-requests-remaining", "49"),
     )
     out = downstream_response_headers(incoming)

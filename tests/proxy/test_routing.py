@@ -100,7 +100,12 @@ PREFIXED = URL("http://10.0.0.5:8000/anthropic")
         (BASE, "/v1/messages", "", "http://10.0.0.5:8000/v1/messages"),
         (PREFIXED, "/v1/messages", "", "http://10.0.0.5:8000/anthropic/v1/messages"),
         (URL("http://10.0.0.5:8000/anthropic/"), "/v1/messages", "", "http://10.0.0.5:8000/anthropic/v1/messages"),
-        (PREFIXED, "/v1/models", "limit=2&after_id=a%26b", "http://10.0.0.5:8000/anthropic/v1/models?limit=2&after_id=a%26b"),
+        (
+            PREFIXED,
+            "/v1/models",
+            "limit=2&after_id=a%26b",
+            "http://10.0.0.5:8000/anthropic/v1/models?limit=2&after_id=a%26b",
+        ),
         (BASE, "/v1/files", "purpose=fine%2Dtune&x=%2F+y", "http://10.0.0.5:8000/v1/files?purpose=fine%2Dtune&x=%2F+y"),
         # Nothing in the path can change the origin or climb out of the prefix.
         (BASE, "//127.0.0.1:9/x", "", "http://10.0.0.5:8000/127.0.0.1:9/x"),

@@ -27,9 +27,7 @@ CASES = [(k, b, False) for k in AGENTS for b in ("memory", "sqlite")] + [(k, "me
     ("kind", "backend", "stream"), CASES, ids=[f"{k}-{b}-{'stream' if s else 'whole'}" for k, b, s in CASES]
 )
 async def test_side_effecting_replay_is_answered_from_the_ledger(start_sidecar, model, tmp_path, kind, backend, stream):
-    sidecar = await start_sidecar(
-        tools=TRAITS, state={"backend": backend, "sqlite_path": str(tmp_path / "state.db")}
-    )
+    sidecar = await start_sidecar(tools=TRAITS, state={"backend": backend, "sqlite_path": str(tmp_path / "state.db")})
     agent = AGENTS[kind](sidecar.proxy_url, TOOLS, SESSION)
     model.add_turns([Turn(text="Sending.", tool_calls=[SEND])])
     first = await agent.ask(stream)
@@ -62,9 +60,16 @@ async def test_side_effecting_replay_is_answered_from_the_ledger(start_sidecar, 
 
     samples = await scrape(sidecar.admin_url)
     assert sample(samples, "sidecar_tool_replays_total", tool="support_replies_send", action="answered") == 1
-    assert sample(samples, "sidecar_tool_calls_total", tool="support_replies_send",
-                  provider="anthropic" if kind == "anthropic" else "openai",
-                  verdict="replay") == 1
+    assert (
+        sample(
+            samples,
+            "sidecar_tool_calls_total",
+            tool="support_replies_send",
+            provider="anthropic" if kind == "anthropic" else "openai",
+            verdict="replay",
+        )
+        == 1
+    )
 
 
 @pytest.mark.parametrize("kind", list(AGENTS))

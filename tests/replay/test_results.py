@@ -37,12 +37,15 @@ async def test_ok_result_gives_latency_and_outcome(start_sidecar, model, kind):
     [record] = capture.results
     assert isinstance(record, ToolResultRecord)
     assert (record.call_id, record.tool, record.is_error, record.bytes) == (
-        call_id, "support_tickets_search", False, len(content))
+        call_id,
+        "support_tickets_search",
+        False,
+        len(content),
+    )
     assert record.known and record.anomalies == [] and record.latency_s is not None and record.latency_s >= 0
     samples = await scrape(sidecar.admin_url)
     assert sample(samples, "sidecar_tool_results_total", tool="support_tickets_search", outcome="ok") == 1
-    assert sample(samples, "sidecar_tool_call_duration_seconds_count",
-                  tool="support_tickets_search", outcome="ok") == 1
+    assert sample(samples, "sidecar_tool_call_duration_seconds_count", tool="support_tickets_search", outcome="ok") == 1
     # Remembered for replays.
     remembered = await sidecar.sidecar.state.get_call("results-e2e", call_id)
     assert remembered is not None and remembered.result == content and remembered.result_is_error is False
@@ -53,8 +56,9 @@ async def test_is_error_result_counts_as_error(start_sidecar, model):
     assert capture.results[0].is_error
     samples = await scrape(sidecar.admin_url)
     assert sample(samples, "sidecar_tool_results_total", tool="support_tickets_search", outcome="error") == 1
-    assert sample(samples, "sidecar_tool_call_duration_seconds_count",
-                  tool="support_tickets_search", outcome="error") == 1
+    assert (
+        sample(samples, "sidecar_tool_call_duration_seconds_count", tool="support_tickets_search", outcome="error") == 1
+    )
 
 
 @pytest.mark.parametrize("kind", ["chat", "responses"])
@@ -73,10 +77,14 @@ async def test_anomalies_are_counted_and_kept_for_policy(start_sidecar, model):
     sidecar.sidecar.addons.add(capture)
     model.add_turns([Turn(text="ok")] * 2)
     tools = [{"type": "function", "function": {"name": n, "parameters": s}} for n, s in TOOLS.items()]
-    call = {"id": "call_a", "type": "function",
-            "function": {"name": "support_tickets_search", "arguments": '{"query": "x"}'}}
+    call = {
+        "id": "call_a",
+        "type": "function",
+        "function": {"name": "support_tickets_search", "arguments": '{"query": "x"}'},
+    }
     body = {
-        "model": "gpt-test", "tools": tools,
+        "model": "gpt-test",
+        "tools": tools,
         "messages": [
             {"role": "user", "content": "hi"},
             {"role": "assistant", "content": None, "tool_calls": [call]},
@@ -97,17 +105,18 @@ async def test_anomalies_are_counted_and_kept_for_policy(start_sidecar, model):
         assert sample(samples, "sidecar_tool_result_anomalies_total", kind=kind) == 1
     # Unknown to the ledger (e.g. after a restart): counted, without a latency.
     assert sample(samples, "sidecar_tool_results_total", tool="support_tickets_search", outcome="ok") == 1
-    assert sample(samples, "sidecar_tool_call_duration_seconds_count",
-                  tool="support_tickets_search", outcome="ok") == 0
+    assert sample(samples, "sidecar_tool_call_duration_seconds_count", tool="support_tickets_search", outcome="ok") == 0
 
 
 async def test_call_id_reused_with_other_arguments(start_sidecar, model):
     sidecar = await start_sidecar(tools=TRAITS)
     agent = AGENTS["chat"](sidecar.proxy_url, TOOLS, SESSION)
-    model.add_turns([
-        Turn(tool_calls=[ToolCallSpec("support_tickets_search", {"query": "a"}, id="call_same")]),
-        Turn(tool_calls=[ToolCallSpec("support_tickets_search", {"query": "b"}, id="call_same")]),
-    ])
+    model.add_turns(
+        [
+            Turn(tool_calls=[ToolCallSpec("support_tickets_search", {"query": "a"}, id="call_same")]),
+            Turn(tool_calls=[ToolCallSpec("support_tickets_search", {"query": "b"}, id="call_same")]),
+        ]
+    )
     first = await agent.ask(False)
     agent.answer({first.call_ids[0]: "[]"})
     await agent.ask(False)

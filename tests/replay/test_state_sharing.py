@@ -33,9 +33,21 @@ async def sidecar_process(model_url: str, env: dict[str, str], tmp: Path) -> Asy
     """`python -m sidecar.cli run` as its own OS process; yields (proxy URL, admin URL)."""
     listen, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sidecar.cli", "run", "--listen", listen, "--admin-listen", admin,
-        "--anthropic-upstream", model_url, "--openai-upstream", model_url,
-        cwd=REPO, stdout=asyncio.subprocess.DEVNULL, stderr=(tmp / f"sidecar-{listen[-5:]}.log").open("wb"),
+        sys.executable,
+        "-m",
+        "sidecar.cli",
+        "run",
+        "--listen",
+        listen,
+        "--admin-listen",
+        admin,
+        "--anthropic-upstream",
+        model_url,
+        "--openai-upstream",
+        model_url,
+        cwd=REPO,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=(tmp / f"sidecar-{listen[-5:]}.log").open("wb"),
         env={**os.environ, "SIDECAR_REJECTION_LOG__PATH": str(tmp / f"rejections-{listen[-5:]}.jsonl"), **env},
     )
     try:
@@ -63,8 +75,10 @@ async def test_two_sidecar_processes_share_one_redis(model, redis_url, tmp_path)
         "SIDECAR_STATE__REDIS_URL": redis_url,
         "SIDECAR_TOOLS": orjson.dumps(TRAITS).decode(),
     }
-    async with sidecar_process(model.url, env, tmp_path) as (proxy_a, _), \
-            sidecar_process(model.url, env, tmp_path) as (proxy_b, admin_b):
+    async with (
+        sidecar_process(model.url, env, tmp_path) as (proxy_a, _),
+        sidecar_process(model.url, env, tmp_path) as (proxy_b, admin_b),
+    ):
         for kind in ("anthropic", "chat"):
             model.reset()
             agent = AGENTS[kind](proxy_a, TOOLS, {"X-Sidecar-Session": f"replicas-{kind}"})
@@ -85,8 +99,9 @@ async def test_two_sidecar_processes_share_one_redis(model, redis_url, tmp_path)
             assert told["result"] == '{"status": "sent"}'  # recorded by B, found by B, delivered by A
         samples = await scrape(admin_b)
         assert sample(samples, "sidecar_tool_replays_total", tool="support_replies_send", action="answered") == 2
-        assert sample(samples, "sidecar_tool_call_duration_seconds_count",
-                      tool="support_replies_send", outcome="ok") == 2  # B timed calls A delivered
+        assert (
+            sample(samples, "sidecar_tool_call_duration_seconds_count", tool="support_replies_send", outcome="ok") == 2
+        )  # B timed calls A delivered
 
 
 @pytest.fixture
@@ -115,7 +130,9 @@ async def test_redis_unreachable_fails_closed_for_side_effects(start_sidecar, mo
         assert r.status == 503
         report = await r.json()
     assert report["components"]["state"] == {
-        "ok": False, "backend": "redis", "error": "state backend redis is unavailable"
+        "ok": False,
+        "backend": "redis",
+        "error": "state backend redis is unavailable",
     }
     samples = await scrape(sidecar.admin_url)
     assert sample(samples, "sidecar_state_errors_total", backend="redis") >= 2

@@ -34,7 +34,8 @@ def assert_provider_error(path: str, body: Any) -> None:
 def assert_clean_log(caplog: pytest.LogCaptureFixture) -> None:
     """No unhandled exception anywhere: aiohttp's 'Error handling request', any traceback."""
     bad = [
-        r for r in caplog.records
+        r
+        for r in caplog.records
         if r.exc_info is not None or "Error handling request" in r.getMessage() or r.levelno >= logging.ERROR
     ]
     assert not bad, [f"{r.name}: {r.getMessage()}" for r in bad]

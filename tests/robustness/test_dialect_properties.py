@@ -107,9 +107,17 @@ def _event(event: str | None, data: Any) -> bytes:
 
 EVENT_DATA = st.one_of(
     WIRE_JSON,
-    st.builds(lambda t, rest: {**rest, "type": t}, WIRE_TYPES, st.dictionaries(st.sampled_from(
-        ["index", "delta", "content_block", "message", "choices", "output_index", "item", "response", "usage"]
-    ), WIRE_JSON, max_size=3)),
+    st.builds(
+        lambda t, rest: {**rest, "type": t},
+        WIRE_TYPES,
+        st.dictionaries(
+            st.sampled_from(
+                ["index", "delta", "content_block", "message", "choices", "output_index", "item", "response", "usage"]
+            ),
+            WIRE_JSON,
+            max_size=3,
+        ),
+    ),
 )
 RAW_DATA = st.sampled_from([b"[DONE]", b"{", b"not json", b"", b'{"type": "message_stop"}', b"NaN"])
 

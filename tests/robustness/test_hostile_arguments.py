@@ -81,12 +81,14 @@ def _calls(path: str, raw: bytes, stream: bool) -> int:
     if stream:
         events = [e.json() for e in parse_sse(raw) if e.data.startswith("{")]
         if path == "/v1/messages":
-            return sum(1 for e in events if e["type"] == "content_block_start"
-                       and e["content_block"]["type"] == "tool_use")
+            return sum(
+                1 for e in events if e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use"
+            )
         if path == "/v1/chat/completions":
             return sum(1 for e in events for c in e["choices"] for t in c["delta"].get("tool_calls") or [] if "id" in t)
-        return sum(1 for e in events if e["type"] == "response.output_item.added"
-                   and e["item"]["type"] == "function_call")
+        return sum(
+            1 for e in events if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"
+        )
     body = orjson.loads(raw)
     if path == "/v1/messages":
         return sum(1 for b in body["content"] if b["type"] == "tool_use")

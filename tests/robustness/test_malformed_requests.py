@@ -21,13 +21,16 @@ from tests.robustness.strategies import JSON, WIRE_JSON, mutated
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 VALID: dict[str, dict[str, Any]] = {
     "/v1/messages": {
-        "model": "claude-test", "max_tokens": 64,
+        "model": "claude-test",
+        "max_tokens": 64,
         "tools": [{"name": "weather", "description": "d", "input_schema": SCHEMA}],
         "tool_choice": {"type": "auto"},
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "weather",
-                                               "input": {"city": "Oslo"}}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}],
+            },
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
         ],
     },
@@ -37,13 +40,23 @@ VALID: dict[str, dict[str, Any]] = {
         "tool_choice": "auto",
         "messages": [
             {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "weather", "arguments": '{"city":"Oslo"}'},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
         ],
     },
     "/v1/responses": {
-        "model": "gpt-test", "store": False,
+        "model": "gpt-test",
+        "store": False,
         "tools": [{"type": "function", "name": "weather", "parameters": SCHEMA}],
         "input": [
             {"role": "user", "content": "hi"},
@@ -72,22 +85,61 @@ HAND_PICKED: list[tuple[str, bytes | Any]] = [
     ("NaN and huge numbers", b'{"model": "m", "max_tokens": NaN, "temperature": 1e400, "n": 123456789012345678901234}'),
     ("tools not a list", {"tools": {"name": "weather"}}),
     ("tools entries not objects", {"tools": [1, "weather", None, []]}),
-    ("tool names not strings", {"tools": [{"name": 5, "input_schema": SCHEMA},
-                                          {"type": "function", "name": ["x"], "function": {"name": {"a": 1}}}]}),
-    ("schema not an object", {"tools": [{"name": "weather", "input_schema": "object",
-                                         "type": "function", "function": {"name": "weather", "parameters": 7},
-                                         "parameters": [1]}]}),
-    ("schema invalid JSON Schema", {"tools": [{"name": "weather", "input_schema": {"type": 5},
-                                               "type": "function", "parameters": {"type": 5},
-                                               "function": {"name": "weather", "parameters": {"type": 5}}}]}),
+    (
+        "tool names not strings",
+        {
+            "tools": [
+                {"name": 5, "input_schema": SCHEMA},
+                {"type": "function", "name": ["x"], "function": {"name": {"a": 1}}},
+            ]
+        },
+    ),
+    (
+        "schema not an object",
+        {
+            "tools": [
+                {
+                    "name": "weather",
+                    "input_schema": "object",
+                    "type": "function",
+                    "function": {"name": "weather", "parameters": 7},
+                    "parameters": [1],
+                }
+            ]
+        },
+    ),
+    (
+        "schema invalid JSON Schema",
+        {
+            "tools": [
+                {
+                    "name": "weather",
+                    "input_schema": {"type": 5},
+                    "type": "function",
+                    "parameters": {"type": 5},
+                    "function": {"name": "weather", "parameters": {"type": 5}},
+                }
+            ]
+        },
+    ),
     ("messages wrong type", {"messages": "hello", "input": 5}),
     ("messages entries wrong type", {"messages": [1, None, "x", [{}]], "input": [1, "x", None]}),
-    ("blocks missing fields", {"messages": [{"role": "user", "content": [{"type": "tool_result"}, {}, {"type": 3}]},
-                                            {"role": "assistant", "tool_calls": [{}, 1]}, {"role": "tool"}],
-                               "input": [{"type": "function_call_output"}, {"type": "function_call"}]}),
+    (
+        "blocks missing fields",
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "tool_result"}, {}, {"type": 3}]},
+                {"role": "assistant", "tool_calls": [{}, 1]},
+                {"role": "tool"},
+            ],
+            "input": [{"type": "function_call_output"}, {"type": "function_call"}],
+        },
+    ),
     ("tool_choice wrong", {"tool_choice": {"type": "tool", "name": ["weather"], "function": {"name": {}}}}),
-    ("session fields wrong", {"metadata": {"user_id": {"a": 1}}, "user": [1], "previous_response_id": 5,
-                              "prompt_cache_key": {}}),
+    (
+        "session fields wrong",
+        {"metadata": {"user_id": {"a": 1}}, "user": [1], "previous_response_id": 5, "prompt_cache_key": {}},
+    ),
     ("nesting 200 deep", {"metadata": _deep(100)}),
 ]
 

@@ -28,28 +28,76 @@ def sse(*events: tuple[str | None, Any]) -> bytes:
 
 
 TOOL_BLOCK = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
-A_START = ("message_start", {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
-                                                                  "content": [], "model": "m", "usage": {}}})
+A_START = (
+    "message_start",
+    {
+        "type": "message_start",
+        "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "m", "usage": {}},
+    },
+)
 A_TOOL = ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": TOOL_BLOCK})
-A_DELTA = ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                   "delta": {"type": "input_json_delta", "partial_json": '{"city":"Oslo"}'}})
+A_DELTA = (
+    "content_block_delta",
+    {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "input_json_delta", "partial_json": '{"city":"Oslo"}'},
+    },
+)
 A_STOP = ("content_block_stop", {"type": "content_block_stop", "index": 0})
-A_END = [("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}}),
-         ("message_stop", {"type": "message_stop"})]
+A_END = [
+    ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}}),
+    ("message_stop", {"type": "message_stop"}),
+]
 ARGS = '{"city":"Oslo"}'
-C_CALL = (None, {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [
-    {"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ARGS}}]}}]})
+C_CALL = (
+    None,
+    {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "weather", "arguments": ARGS},
+                        }
+                    ]
+                },
+            }
+        ],
+    },
+)
 C_FINISH = (None, {"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
 DONE = (None, b"[DONE]")
 R_CREATED = ("response.created", {"type": "response.created", "response": {"id": "resp_1", "output": []}})
-R_ITEM = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather", "arguments": "",
-          "status": "in_progress"}
+R_ITEM = {
+    "type": "function_call",
+    "id": "fc_1",
+    "call_id": "call_1",
+    "name": "weather",
+    "arguments": "",
+    "status": "in_progress",
+}
 R_ADDED = ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0, "item": R_ITEM})
-R_ARGS = ("response.function_call_arguments.delta", {"type": "response.function_call_arguments.delta",
-                                                     "output_index": 0, "item_id": "fc_1", "delta": '{"city":"Oslo"}'})
+R_ARGS = (
+    "response.function_call_arguments.delta",
+    {
+        "type": "response.function_call_arguments.delta",
+        "output_index": 0,
+        "item_id": "fc_1",
+        "delta": '{"city":"Oslo"}',
+    },
+)
 R_FINAL = {**R_ITEM, "status": "completed", "arguments": '{"city":"Oslo"}'}
-R_DONE = ("response.completed", {"type": "response.completed",
-                                 "response": {"id": "resp_1", "status": "completed", "output": [R_FINAL]}})
+R_DONE = (
+    "response.completed",
+    {"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": [R_FINAL]}},
+)
 
 # (name, content type, body) per endpoint; every case is also sent with stream true and false.
 COMMON: list[tuple[str, str, bytes]] = [
@@ -64,29 +112,80 @@ COMMON: list[tuple[str, str, bytes]] = [
 CASES: dict[str, list[tuple[str, str, bytes]]] = {
     "/v1/messages": [
         ("content a string", JSON, orjson.dumps({"type": "message", "content": "x", "stop_reason": "tool_use"})),
-        ("input a list", JSON, orjson.dumps({"type": "message", "content": [{**TOOL_BLOCK, "input": [1]}],
-                                             "stop_reason": "tool_use"})),
+        (
+            "input a list",
+            JSON,
+            orjson.dumps({"type": "message", "content": [{**TOOL_BLOCK, "input": [1]}], "stop_reason": "tool_use"}),
+        ),
         ("blocks of wrong types", JSON, orjson.dumps({"content": [1, None, {"type": 5}, {"type": "tool_use"}]})),
         ("delta before start", SSE, sse(A_START, A_DELTA, A_TOOL, A_STOP, *A_END)),
-        ("stop for unknown index", SSE, sse(A_START, ("content_block_stop", {"type": "content_block_stop",
-                                                                              "index": 7}), *A_END)),
+        (
+            "stop for unknown index",
+            SSE,
+            sse(A_START, ("content_block_stop", {"type": "content_block_stop", "index": 7}), *A_END),
+        ),
         ("duplicate message_start", SSE, sse(A_START, A_TOOL, A_START, A_DELTA, A_STOP, *A_END)),
         ("invalid JSON data", SSE, sse(A_START, ("content_block_start", b"{nope"), A_TOOL, A_DELTA, A_STOP, *A_END)),
-        ("index of wrong types", SSE, sse(A_START, ("content_block_start", {"type": "content_block_start",
-                                                                             "index": "0", "content_block": [1]}),
-                                          *A_END)),
+        (
+            "index of wrong types",
+            SSE,
+            sse(
+                A_START,
+                ("content_block_start", {"type": "content_block_start", "index": "0", "content_block": [1]}),
+                *A_END,
+            ),
+        ),
         ("stream cut after a call", SSE, sse(A_START, A_TOOL, A_DELTA)[:-5]),
     ],
     "/v1/chat/completions": [
         ("choices a string", JSON, orjson.dumps({"choices": "x"})),
-        ("arguments a number", JSON, orjson.dumps({"choices": [{"index": 0, "message": {"tool_calls": [
-            {"id": "c", "type": "function", "function": {"name": "weather", "arguments": 5}}]}}]})),
+        (
+            "arguments a number",
+            JSON,
+            orjson.dumps(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {
+                                "tool_calls": [
+                                    {"id": "c", "type": "function", "function": {"name": "weather", "arguments": 5}}
+                                ]
+                            },
+                        }
+                    ]
+                }
+            ),
+        ),
         ("tool_calls an object", JSON, orjson.dumps({"choices": [{"message": {"tool_calls": {"a": 1}}}]})),
         ("function a string", JSON, orjson.dumps({"choices": [{"message": {"tool_calls": [{"function": "f"}]}}]})),
         ("DONE in the middle", SSE, sse(C_CALL, DONE, C_FINISH, DONE)),
-        ("fragments of wrong types", SSE, sse((None, {"choices": [{"index": 0, "delta": {"tool_calls": [
-            1, {"index": "x", "function": "f"}, {"index": None, "function": {"arguments": 5}}]}}, 3]}), C_FINISH,
-            DONE)),
+        (
+            "fragments of wrong types",
+            SSE,
+            sse(
+                (
+                    None,
+                    {
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {
+                                    "tool_calls": [
+                                        1,
+                                        {"index": "x", "function": "f"},
+                                        {"index": None, "function": {"arguments": 5}},
+                                    ]
+                                },
+                            },
+                            3,
+                        ]
+                    },
+                ),
+                C_FINISH,
+                DONE,
+            ),
+        ),
         ("chunk of wrong types", SSE, sse((None, {"choices": {"index": 0}, "usage": 5}), (None, [1]), DONE)),
         ("no terminator", SSE, sse(C_CALL)),
     ],
@@ -95,10 +194,28 @@ CASES: dict[str, list[tuple[str, str, bytes]]] = {
         ("arguments a number", JSON, orjson.dumps({"id": "resp_1", "output": [{**R_ITEM, "arguments": 5}]})),
         ("items of wrong types", JSON, orjson.dumps({"output": [1, {"type": ["function_call"]}, None]})),
         ("delta before added", SSE, sse(R_CREATED, R_ARGS, R_ADDED, R_ARGS, R_DONE)),
-        ("output_index wrong", SSE, sse(R_CREATED, ("response.output_item.added", {
-            "type": "response.output_item.added", "output_index": "0", "item": "x"}), R_DONE)),
-        ("completed output wrong", SSE, sse(R_CREATED, R_ADDED, R_ARGS, ("response.completed", {
-            "type": "response.completed", "response": {"output": 5}}))),
+        (
+            "output_index wrong",
+            SSE,
+            sse(
+                R_CREATED,
+                (
+                    "response.output_item.added",
+                    {"type": "response.output_item.added", "output_index": "0", "item": "x"},
+                ),
+                R_DONE,
+            ),
+        ),
+        (
+            "completed output wrong",
+            SSE,
+            sse(
+                R_CREATED,
+                R_ADDED,
+                R_ARGS,
+                ("response.completed", {"type": "response.completed", "response": {"output": 5}}),
+            ),
+        ),
         ("type not a string", SSE, sse(R_CREATED, (None, {"type": ["x"], "output_index": 0}), R_DONE)),
         ("cut after a call", SSE, sse(R_CREATED, R_ADDED, R_ARGS)),
     ],
@@ -125,10 +242,17 @@ async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
 
 
 REQUEST: dict[str, dict[str, Any]] = {
-    "/v1/messages": {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
-                     "tools": [{"name": "weather", "input_schema": {"type": "object"}}]},
-    "/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                             "tools": [{"type": "function", "function": {"name": "weather"}}]},
+    "/v1/messages": {
+        "model": "m",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "weather", "input_schema": {"type": "object"}}],
+    },
+    "/v1/chat/completions": {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "weather"}}],
+    },
     "/v1/responses": {"model": "m", "input": "hi", "store": False, "tools": [{"type": "function", "name": "weather"}]},
 }
 
@@ -152,8 +276,9 @@ async def test_malformed_upstream_replies(path, upstream, start_sidecar, caplog)
         for name, content_type, body in COMMON + CASES[path]:
             for stream in (False, True):
                 stub.reply = (200, content_type, body)
-                status, got_type, raw = await post(session, running.proxy_url, path, {**REQUEST[path],
-                                                                                       "stream": stream})
+                status, got_type, raw = await post(
+                    session, running.proxy_url, path, {**REQUEST[path], "stream": stream}
+                )
                 where = f"{name} (stream={stream})"
                 assert status in (200, 400, 502), where
                 if raw == body:
@@ -190,8 +315,11 @@ async def test_too_deep_reply_is_refused(path, upstream, start_sidecar, caplog):
 async def test_cut_stream_after_a_call_ends_with_an_error_event(path, upstream, start_sidecar, caplog):
     stub, url = upstream
     running = await start_sidecar(anthropic_upstream=url, openai_upstream=url)
-    cut = {"/v1/messages": sse(A_START, A_TOOL, A_DELTA), "/v1/chat/completions": sse(C_CALL),
-           "/v1/responses": sse(R_CREATED, R_ADDED, R_ARGS)}[path]
+    cut = {
+        "/v1/messages": sse(A_START, A_TOOL, A_DELTA),
+        "/v1/chat/completions": sse(C_CALL),
+        "/v1/responses": sse(R_CREATED, R_ADDED, R_ARGS),
+    }[path]
     stub.reply = (200, SSE, cut)
     async with aiohttp.ClientSession() as session:
         status, _, raw = await post(session, running.proxy_url, path, {**REQUEST[path], "stream": True})
@@ -220,12 +348,14 @@ async def test_last_resort_guard_answers_provider_shaped(upstream, start_sidecar
 
         monkeypatch.setattr(ANTHROPIC, "assembler", broken)
         stub.reply = (200, SSE, sse(A_START, *A_END))
-        status, _, raw = await post(session, running.proxy_url, "/v1/messages", {**REQUEST["/v1/messages"],
-                                                                                 "stream": True})
+        status, _, raw = await post(
+            session, running.proxy_url, "/v1/messages", {**REQUEST["/v1/messages"], "stream": True}
+        )
         assert status == 200 and _ends_with_error_event("/v1/messages", raw)
         monkeypatch.undo()
-        status, _, _ = await post(session, running.proxy_url, "/v1/messages", {**REQUEST["/v1/messages"],
-                                                                               "stream": True})
+        status, _, _ = await post(
+            session, running.proxy_url, "/v1/messages", {**REQUEST["/v1/messages"], "stream": True}
+        )
         assert status == 200
     logged = [r for r in caplog.records if r.name == "sidecar.proxy" and r.exc_info is not None]
     assert len(logged) == 2 and all("injected" in str(r.exc_info[1]) for r in logged)

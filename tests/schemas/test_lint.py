@@ -33,11 +33,15 @@ def keyed(items: list[dict[str, str]]) -> set[tuple[str, str, str]]:
         ("anthropic_request.json", "anthropic request", ["orders_search"], ["/tools/0/input_schema"]),
         ("openai_chat_request.json", "openai_chat request", ["refund"], ["/tools/0/function/parameters"]),
         ("openai_responses_request.json", "openai_responses request", ["get_weather"], ["/tools/0/parameters"]),
-        ("tools_array.json", "tools array (openai_chat)", ["list_tickets", "ping"],
-         ["/0/function/parameters", "/1/function/parameters"]),
+        (
+            "tools_array.json",
+            "tools array (openai_chat)",
+            ["list_tickets", "ping"],
+            ["/0/function/parameters", "/1/function/parameters"],
+        ),
         ("single_tool.json", "single tool (anthropic)", ["send_email"], ["/input_schema"]),
     ],
-)  # fmt: skip
+)
 def test_every_shape_is_read_like_the_proxy_reads_it(name, shape, tools, locations):
     loaded = load_file(fixture(name))
     assert loaded.shape == shape
@@ -199,8 +203,11 @@ def test_duplicates_and_bare_function_objects(run, tmp_path):
 
 def test_generic_format_hint_is_info(run, tmp_path):
     path = tmp_path / "iri.json"
-    schema = {"type": "object", "properties": {"link": {"type": "string", "format": "iri", "description": "L"}},
-              "required": ["link"]}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"link": {"type": "string", "format": "iri", "description": "L"}},
+        "required": ["link"],
+    }
     path.write_bytes(orjson.dumps({"name": "t", "input_schema": schema}))
     _, found = findings(run, str(path))
     assert ("info", "format-generic-hint", "/properties/link/format") in keyed(found["t"])
@@ -210,7 +217,9 @@ def test_the_installed_command(tmp_path):
     sidecar = Path(sys.executable).with_name("sidecar")
     result = subprocess.run(
         [str(sidecar), "schemas", "lint", "--json", fixture("bad_schemas.json")],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1
     assert orjson.loads(result.stdout)["summary"]["error"] == 6

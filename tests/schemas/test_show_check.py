@@ -13,8 +13,15 @@ from sidecar.scripted import ToolCallSpec, Turn
 from tests.e2e.agents import AGENTS
 from tests.schemas.conftest import as_json, fixture
 
-BAD_ORDERS = {"query": "x", "status": "open", "since": "next week", "filters": {}, "phone": "1", "limit": "10",
-              "colour": "red"}  # fmt: skip
+BAD_ORDERS = {
+    "query": "x",
+    "status": "open",
+    "since": "next week",
+    "filters": {},
+    "phone": "1",
+    "limit": "10",
+    "colour": "red",
+}
 GOOD_ORDERS = {"query": "x", "status": "OPEN", "since": "2024-05-17", "filters": {}, "phone": "1"}
 
 
@@ -42,8 +49,10 @@ def test_show_keeps_explicit_additional_properties_and_locks_refs(run):
 
 
 def test_show_compositions_get_unevaluated_properties(run, tmp_path):
-    schema = {"type": "object", "allOf": [{"properties": {"a": {"type": "string"}}},
-                                          {"properties": {"b": {"type": "integer"}}}]}  # fmt: skip
+    schema = {
+        "type": "object",
+        "allOf": [{"properties": {"a": {"type": "string"}}}, {"properties": {"b": {"type": "integer"}}}],
+    }
     path = tmp_path / "tool.json"
     path.write_bytes(orjson.dumps({"type": "function", "name": "t", "parameters": schema}))
     [shown] = as_json(run("show", str(path), "--json")[1])["tools"]
@@ -70,7 +79,7 @@ def test_check_valid_and_refused(run):
     assert code == 0 and out.startswith("valid:")
     code, out, _ = run("check", orders, "--tool", "orders_search", "--args", orjson.dumps(BAD_ORDERS).decode())
     assert code == 1
-    assert "  limit: expected integer, got string \"10\"\n    expected: integer between 1 and 100" in out
+    assert '  limit: expected integer, got string "10"\n    expected: integer between 1 and 100' in out
     call = ToolCall("c", "orders_search", BAD_ORDERS, "")
     verdict = Lockdown().check(call, load_file(orders).tools[0].declaration, LockdownSettings())
     assert out.splitlines()[-1] == orjson.dumps(verdict.model_payload()).decode()
@@ -107,12 +116,19 @@ def test_check_follows_per_tool_settings(run, tmp_path):
 # (fixture, tool, bad arguments, good arguments), one per protocol
 THROUGH_PROXY = {
     "anthropic": ("anthropic_request.json", "orders_search", BAD_ORDERS, GOOD_ORDERS),
-    "chat": ("openai_chat_request.json", "refund",
-             {"order_id": "nope", "amount": 0, "customer": {"email": "x", "vip": True}},
-             {"order_id": "123e4567-e89b-12d3-a456-426614174000", "amount": 5, "customer": {"email": "a@b.co"}}),
-    "responses": ("openai_responses_request.json", "get_weather", {"city": 5, "unit": "Celsius"},
-                  {"city": "Paris", "unit": None}),
-}  # fmt: skip
+    "chat": (
+        "openai_chat_request.json",
+        "refund",
+        {"order_id": "nope", "amount": 0, "customer": {"email": "x", "vip": True}},
+        {"order_id": "123e4567-e89b-12d3-a456-426614174000", "amount": 5, "customer": {"email": "a@b.co"}},
+    ),
+    "responses": (
+        "openai_responses_request.json",
+        "get_weather",
+        {"city": 5, "unit": "Celsius"},
+        {"city": "Paris", "unit": None},
+    ),
+}
 
 
 @pytest.mark.parametrize("kind", THROUGH_PROXY)

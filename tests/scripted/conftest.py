@@ -42,8 +42,9 @@ Post = Callable[..., Awaitable[tuple[int, bytes, dict[str, str]]]]
 def post(model: ScriptedModel, http: aiohttp.ClientSession) -> Post:
     """POST JSON to the model and return (status, raw body bytes, headers)."""
 
-    async def _post(path: str, body: dict[str, Any],
-                    headers: dict[str, str] | None = None) -> tuple[int, bytes, dict[str, str]]:
+    async def _post(
+        path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes, dict[str, str]]:
         async with http.post(model.url + path, json=body, headers=headers) as resp:
             return resp.status, await resp.read(), dict(resp.headers)
 

@@ -31,18 +31,23 @@ async def test_create_tool_call(model: ScriptedModel, oai) -> None:
 
 
 async def test_stream_helper_accumulates(model: ScriptedModel, oai) -> None:
-    model.add_turns(Turn(text="Checking both.", tool_calls=[
-        ToolCallSpec("get_weather", {"city": "Paris", "units": "metric"}),
-        ToolCallSpec("get_time", {"timezone": "Europe/Paris"})]))
+    model.add_turns(
+        Turn(
+            text="Checking both.",
+            tool_calls=[
+                ToolCallSpec("get_weather", {"city": "Paris", "units": "metric"}),
+                ToolCallSpec("get_time", {"timezone": "Europe/Paris"}),
+            ],
+        )
+    )
     async with oai.chat.completions.stream(
-            model="gpt-test", messages=USER,
-            stream_options={"include_usage": True}) as stream:
+        model="gpt-test", messages=USER, stream_options={"include_usage": True}
+    ) as stream:
         completion = await stream.get_final_completion()
     message = completion.choices[0].message
     assert message.content == "Checking both."
     calls = [(c.function.name, orjson.loads(c.function.arguments)) for c in message.tool_calls]
-    assert calls == [("get_weather", {"city": "Paris", "units": "metric"}),
-                     ("get_time", {"timezone": "Europe/Paris"})]
+    assert calls == [("get_weather", {"city": "Paris", "units": "metric"}), ("get_time", {"timezone": "Europe/Paris"})]
     assert completion.choices[0].finish_reason == "tool_calls"
     assert completion.usage is not None and completion.usage.completion_tokens > 0
 
@@ -68,8 +73,7 @@ async def test_stream_by_concatenating_deltas(model: ScriptedModel, oai) -> None
 
 async def test_stream_grammar_with_usage(model: ScriptedModel, post) -> None:
     model.add_turns(Turn(tool_calls=[ToolCallSpec("w", {"city": "Paris"})]), Turn(text="hi"))
-    body = {"model": "m", "stream": True, "messages": USER,
-            "stream_options": {"include_usage": True}}
+    body = {"model": "m", "stream": True, "messages": USER, "stream_options": {"include_usage": True}}
     _, raw, _ = await post("/v1/chat/completions", body)
     events = parse_sse(raw)
     assert all(e.event is None for e in events)
@@ -82,8 +86,7 @@ async def test_stream_grammar_with_usage(model: ScriptedModel, post) -> None:
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0
     assert all(c["usage"] is None for c in chunks[:-1])
     assert len({c["id"] for c in chunks}) == 1
-    _, raw, _ = await post("/v1/chat/completions", {"model": "m", "stream": True,
-                                                    "messages": USER})
+    _, raw, _ = await post("/v1/chat/completions", {"model": "m", "stream": True, "messages": USER})
     chunks = [e.json() for e in parse_sse(raw)[:-1]]
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert all("usage" not in c for c in chunks)
@@ -100,15 +103,15 @@ async def test_http_error_500(model: ScriptedModel, oai) -> None:
 
 
 async def test_in_stream_error(model: ScriptedModel, oai, post) -> None:
-    model.add_turns(Turn(text="one two three four five six", stream_error_after=2),
-                    Turn(text="one two three", stream_error_after=2))
+    model.add_turns(
+        Turn(text="one two three four five six", stream_error_after=2), Turn(text="one two three", stream_error_after=2)
+    )
     with pytest.raises(openai.APIError) as err:
         stream = await oai.chat.completions.create(model="m", messages=USER, stream=True)
         async for _ in stream:
             pass
     assert "server had an error" in err.value.message
-    _, raw, _ = await post("/v1/chat/completions", {"model": "m", "stream": True,
-                                                    "messages": USER})
+    _, raw, _ = await post("/v1/chat/completions", {"model": "m", "stream": True, "messages": USER})
     events = parse_sse(raw)
     assert len(events) == 3
     assert list(events[-1].json()) == ["error"]
@@ -126,20 +129,26 @@ async def test_gzip_body(model: ScriptedModel, oai, post) -> None:
 
 async def test_missing_tool_messages_rejected(model: ScriptedModel, oai) -> None:
     model.add_turns(Turn(text="done"))
-    messages = [*USER,
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_a", "type": "function",
-                     "function": {"name": "w", "arguments": "{}"}},
-                    {"id": "call_b", "type": "function",
-                     "function": {"name": "w", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "call_a", "content": "1"},
-                {"role": "user", "content": "and?"}]
+    messages = [
+        *USER,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "w", "arguments": "{}"}},
+                {"id": "call_b", "type": "function", "function": {"name": "w", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_a", "content": "1"},
+        {"role": "user", "content": "and?"},
+    ]
     with pytest.raises(openai.BadRequestError) as err:
         await oai.chat.completions.create(model="m", messages=messages)
     assert err.value.body["message"] == (
         "An assistant message with 'tool_calls' must be followed by tool messages responding "
         "to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
-        "call_b")
+        "call_b"
+    )
     assert err.value.body["param"] == "messages.[3].role"
     messages.insert(3, {"role": "tool", "tool_call_id": "call_b", "content": "2"})
     completion = await oai.chat.completions.create(model="m", messages=messages)

@@ -35,8 +35,7 @@ async def test_turns_are_shared_across_protocols(model: ScriptedModel, claude, o
     assert first.content[0].text == "one"
     assert second.choices[0].message.content == "two"
     assert third.output_text == "three"
-    assert [r.protocol for r in model.requests] == ["anthropic", "openai_chat",
-                                                    "openai_responses"]
+    assert [r.protocol for r in model.requests] == ["anthropic", "openai_chat", "openai_responses"]
 
 
 async def test_exhausted_script_answers_and_counts(model: ScriptedModel, oai) -> None:
@@ -48,8 +47,10 @@ async def test_exhausted_script_answers_and_counts(model: ScriptedModel, oai) ->
 async def test_loop_cycles_the_script() -> None:
     async with ScriptedModel([Turn(text="a"), Turn(text="b")], loop=True) as model:
         client = openai.AsyncOpenAI(base_url=model.url + "/v1", api_key="t", max_retries=0)
-        texts = [(await client.chat.completions.create(model="m", messages=USER))
-                 .choices[0].message.content for _ in range(5)]
+        texts = [
+            (await client.chat.completions.create(model="m", messages=USER)).choices[0].message.content
+            for _ in range(5)
+        ]
     assert texts == ["a", "b", "a", "b", "a"]
     assert model.exhausted_count == 0
 
@@ -105,8 +106,7 @@ async def test_parallel_requests_each_get_one_turn(model: ScriptedModel, oai) ->
 
 
 async def test_not_found_shapes(model: ScriptedModel, http: aiohttp.ClientSession) -> None:
-    async with http.post(model.url + "/v1/nope", json={},
-                         headers={"anthropic-version": "2023-06-01"}) as resp:
+    async with http.post(model.url + "/v1/nope", json={}, headers={"anthropic-version": "2023-06-01"}) as resp:
         assert resp.status == 404
         body = await resp.json()
     assert body["type"] == "error" and body["error"]["type"] == "not_found_error"
@@ -118,10 +118,8 @@ async def test_not_found_shapes(model: ScriptedModel, http: aiohttp.ClientSessio
     assert all(r.protocol is None for r in model.requests)
 
 
-async def test_models_shape_follows_anthropic_version(model: ScriptedModel,
-                                                      http: aiohttp.ClientSession) -> None:
-    async with http.get(model.url + "/v1/models",
-                        headers={"anthropic-version": "2023-06-01"}) as resp:
+async def test_models_shape_follows_anthropic_version(model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+    async with http.get(model.url + "/v1/models", headers={"anthropic-version": "2023-06-01"}) as resp:
         anthropic_list = await resp.json()
     async with http.get(model.url + "/v1/models") as resp:
         openai_list = await resp.json()
@@ -129,11 +127,9 @@ async def test_models_shape_follows_anthropic_version(model: ScriptedModel,
     assert openai_list["object"] == "list"
 
 
-async def test_path_prefix_and_bad_json(model: ScriptedModel,
-                                        http: aiohttp.ClientSession) -> None:
+async def test_path_prefix_and_bad_json(model: ScriptedModel, http: aiohttp.ClientSession) -> None:
     model.add_turns(Turn(text="prefixed"))
-    async with http.post(model.url + "/anthropic/v1/messages",
-                         json={"model": "m", "messages": USER}) as resp:
+    async with http.post(model.url + "/anthropic/v1/messages", json={"model": "m", "messages": USER}) as resp:
         assert (await resp.json())["content"][0]["text"] == "prefixed"
     async with http.post(model.url + "/v1/chat/completions", data=b"{not json") as resp:
         assert resp.status == 400
@@ -142,8 +138,7 @@ async def test_path_prefix_and_bad_json(model: ScriptedModel,
 
 async def test_first_byte_delay_triggers_client_timeout(model: ScriptedModel) -> None:
     model.add_turns(Turn(text="late", first_byte_delay_s=5), Turn(text="on time"))
-    client = anthropic.AsyncAnthropic(base_url=model.url, api_key="t", max_retries=0,
-                                      timeout=0.3)
+    client = anthropic.AsyncAnthropic(base_url=model.url, api_key="t", max_retries=0, timeout=0.3)
     started = time.monotonic()
     with pytest.raises(anthropic.APITimeoutError):
         await client.messages.create(model="m", max_tokens=5, messages=USER)
@@ -161,15 +156,13 @@ async def test_delay_between_events(model: ScriptedModel, post) -> None:
 
 
 async def test_usage_override_and_stop_reason(model: ScriptedModel, claude) -> None:
-    model.add_turns(Turn(text="x", usage={"input_tokens": 7, "output_tokens": 3},
-                         stop_reason="stop_sequence"))
+    model.add_turns(Turn(text="x", usage={"input_tokens": 7, "output_tokens": 3}, stop_reason="stop_sequence"))
     msg = await claude.messages.create(model="m", max_tokens=5, messages=USER)
     assert (msg.usage.input_tokens, msg.usage.output_tokens) == (7, 3)
     assert msg.stop_reason == "stop_sequence"
 
 
-async def test_error_turn_without_stream_error_after_on_stream(model: ScriptedModel,
-                                                               oai) -> None:
+async def test_error_turn_without_stream_error_after_on_stream(model: ScriptedModel, oai) -> None:
     model.add_turns(Turn(error=UpstreamError(503, message="busy")))
     with pytest.raises(openai.InternalServerError) as err:
         await oai.chat.completions.create(model="m", messages=USER, stream=True)
@@ -178,11 +171,15 @@ async def test_error_turn_without_stream_error_after_on_stream(model: ScriptedMo
 
 def test_script_from_json(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
-    script.write_bytes(orjson.dumps([
-        {"text": "hi", "tool_calls": [{"name": "w", "arguments": {"a": 1}, "id": "call_x"}]},
-        {"error": {"status": 529, "message": "busy"}},
-        {"tool_calls": [{"name": "w", "raw_arguments": "{oops"}], "stream_error_after": 2},
-    ]))
+    script.write_bytes(
+        orjson.dumps(
+            [
+                {"text": "hi", "tool_calls": [{"name": "w", "arguments": {"a": 1}, "id": "call_x"}]},
+                {"error": {"status": 529, "message": "busy"}},
+                {"tool_calls": [{"name": "w", "raw_arguments": "{oops"}], "stream_error_after": 2},
+            ]
+        )
+    )
     turns = load_script(script)
     assert turns[0].tool_calls == [ToolCallSpec("w", {"a": 1}, id="call_x")]
     assert turns[1].error == UpstreamError(529, message="busy")
@@ -194,9 +191,17 @@ def test_script_from_json(tmp_path: Path) -> None:
 async def test_command_line(tmp_path: Path) -> None:
     script = Path(__file__).parents[2] / "sidecar" / "scripted" / "demo_script.json"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sidecar.scripted", "--listen", "127.0.0.1:0",
-        "--script", str(script), "--loop", stdout=asyncio.subprocess.PIPE,
-        cwd=Path(__file__).parents[2])
+        sys.executable,
+        "-m",
+        "sidecar.scripted",
+        "--listen",
+        "127.0.0.1:0",
+        "--script",
+        str(script),
+        "--loop",
+        stdout=asyncio.subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+    )
     try:
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), timeout=10)

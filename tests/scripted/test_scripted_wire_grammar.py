@@ -92,58 +92,77 @@ def recorded(name: str) -> list[SSEEvent]:
 
 
 async def scripted(turn: Turn, path: str, body: dict[str, Any]) -> list[SSEEvent]:
-    async with ScriptedModel([turn], seed=3) as model, aiohttp.ClientSession() as session, session.post(
-            model.url + path, json={"model": "m", "stream": True, **body}) as resp:
+    async with (
+        ScriptedModel([turn], seed=3) as model,
+        aiohttp.ClientSession() as session,
+        session.post(model.url + path, json={"model": "m", "stream": True, **body}) as resp,
+    ):
         return parse_sse(await resp.read())
 
 
 ANTHROPIC_CASES = [
-    ("anthropic-stream-tool-use.sse", False,
-     Turn(text="I'll check the current weather in Paris for you.",
-          tool_calls=[ToolCallSpec("get_weather", {"location": "Paris"})])),
-    ("anthropic-stream-tool-use-parallel-empty-input.sse", True,
-     Turn(tool_calls=[ToolCallSpec("pelican_name_generator")] * 2)),
-    ("anthropic-stream-thinking-tool-use.sse", True,
-     Turn(thinking="The user wants me to use the tool.", tool_calls=[ToolCallSpec("v")])),
-    ("anthropic-stream-error-midstream.sse", False,
-     Turn(text="The question is simple.", stream_error_after=3)),
+    (
+        "anthropic-stream-tool-use.sse",
+        False,
+        Turn(
+            text="I'll check the current weather in Paris for you.",
+            tool_calls=[ToolCallSpec("get_weather", {"location": "Paris"})],
+        ),
+    ),
+    (
+        "anthropic-stream-tool-use-parallel-empty-input.sse",
+        True,
+        Turn(tool_calls=[ToolCallSpec("pelican_name_generator")] * 2),
+    ),
+    (
+        "anthropic-stream-thinking-tool-use.sse",
+        True,
+        Turn(thinking="The user wants me to use the tool.", tool_calls=[ToolCallSpec("v")]),
+    ),
+    ("anthropic-stream-error-midstream.sse", False, Turn(text="The question is simple.", stream_error_after=3)),
 ]
 
 
-@pytest.mark.parametrize(("name", "same_layout", "turn"), ANTHROPIC_CASES,
-                         ids=[c[0] for c in ANTHROPIC_CASES])
+@pytest.mark.parametrize(("name", "same_layout", "turn"), ANTHROPIC_CASES, ids=[c[0] for c in ANTHROPIC_CASES])
 async def test_anthropic_grammar(name: str, same_layout: bool, turn: Turn) -> None:
     ours = await scripted(turn, "/v1/messages", {"messages": USER, "max_tokens": 10})
     theirs = recorded(name)
-    assert collapse([anthropic_token(e) for e in ours]) == collapse(
-        [anthropic_token(e) for e in theirs])
+    assert collapse([anthropic_token(e) for e in ours]) == collapse([anthropic_token(e) for e in theirs])
     if same_layout:
         assert layouts(ours, anthropic_token) == layouts(theirs, anthropic_token)
 
 
 CHAT_CASES = [
-    ("openai-chat-stream-tool-calls-parallel.sse",
-     Turn(tool_calls=[ToolCallSpec("GetWeatherArgs", {"city": "Edinburgh", "units": "c"}),
-                      ToolCallSpec("get_stock_price", {"ticker": "AAPL"})])),
-    ("openai-chat-stream-tool-calls-parallel-empty-args.sse",
-     Turn(tool_calls=[ToolCallSpec("get_country"), ToolCallSpec("get_product_name")])),
-    ("openai-chat-stream-error-midstream.sse",
-     Turn(text="The question is long enough to stream.", stream_error_after=3)),
+    (
+        "openai-chat-stream-tool-calls-parallel.sse",
+        Turn(
+            tool_calls=[
+                ToolCallSpec("GetWeatherArgs", {"city": "Edinburgh", "units": "c"}),
+                ToolCallSpec("get_stock_price", {"ticker": "AAPL"}),
+            ]
+        ),
+    ),
+    (
+        "openai-chat-stream-tool-calls-parallel-empty-args.sse",
+        Turn(tool_calls=[ToolCallSpec("get_country"), ToolCallSpec("get_product_name")]),
+    ),
+    (
+        "openai-chat-stream-error-midstream.sse",
+        Turn(text="The question is long enough to stream.", stream_error_after=3),
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "turn"), CHAT_CASES, ids=[c[0] for c in CHAT_CASES])
 async def test_chat_grammar(name: str, turn: Turn) -> None:
-    ours = await scripted(turn, "/v1/chat/completions",
-                          {"messages": USER, "stream_options": {"include_usage": True}})
+    ours = await scripted(turn, "/v1/chat/completions", {"messages": USER, "stream_options": {"include_usage": True}})
     theirs = recorded(name)
     assert collapse([chat_token(e) for e in ours]) == collapse([chat_token(e) for e in theirs])
 
 
 async def test_chat_chunk_layout() -> None:
     turn = Turn(tool_calls=[ToolCallSpec("multiply", {"a": 1231, "b": 2331})])
-    ours = await scripted(turn, "/v1/chat/completions",
-                          {"messages": USER, "stream_options": {"include_usage": True}})
+    ours = await scripted(turn, "/v1/chat/completions", {"messages": USER, "stream_options": {"include_usage": True}})
     theirs = recorded("openai-chat-stream-tool-call.sse")
     ours_layout, theirs_layout = layouts(ours, chat_token), layouts(theirs, chat_token)
     for token in ("arguments", "finish:tool_calls", "usage"):
@@ -151,22 +170,22 @@ async def test_chat_chunk_layout() -> None:
 
 
 RESPONSES_CASES = [
-    ("openai-responses-stream-function-call.sse", True,
-     Turn(tool_calls=[ToolCallSpec("multiply", {"a": 1231, "b": 2331})])),
-    ("openai-responses-stream-error.chunks.jsonl", False,
-     Turn(text="never seen", stream_error_after=2)),
+    (
+        "openai-responses-stream-function-call.sse",
+        True,
+        Turn(tool_calls=[ToolCallSpec("multiply", {"a": 1231, "b": 2331})]),
+    ),
+    ("openai-responses-stream-error.chunks.jsonl", False, Turn(text="never seen", stream_error_after=2)),
 ]
 
 
-@pytest.mark.parametrize(("name", "same_layout", "turn"), RESPONSES_CASES,
-                         ids=[c[0] for c in RESPONSES_CASES])
+@pytest.mark.parametrize(("name", "same_layout", "turn"), RESPONSES_CASES, ids=[c[0] for c in RESPONSES_CASES])
 async def test_responses_grammar(name: str, same_layout: bool, turn: Turn) -> None:
     theirs = recorded(name)
     # Echo the recorded tool declarations so the response objects are comparable.
     tools = theirs[0].json()["response"]["tools"]
     ours = await scripted(turn, "/v1/responses", {"input": "hi", "tools": tools})
-    assert collapse([responses_token(e) for e in ours]) == collapse(
-        [responses_token(e) for e in theirs])
+    assert collapse([responses_token(e) for e in ours]) == collapse([responses_token(e) for e in theirs])
     assert [e.json()["sequence_number"] for e in ours] == list(range(len(ours)))
     if same_layout:
         assert layouts(ours, responses_token) == layouts(theirs, responses_token)
@@ -176,17 +195,21 @@ async def test_responses_grammar(name: str, same_layout: bool, turn: Turn) -> No
         assert key_paths(ours_error) == key_paths(theirs_error)
 
 
-@pytest.mark.parametrize(("name", "path"), [
-    ("anthropic-request-thinking-tool-result.json", "/v1/messages"),
-    ("anthropic-request-tool-result-parallel.json", "/v1/messages"),
-    ("openai-chat-request-tool-message.json", "/v1/chat/completions"),
-    ("openai-chat-request-tool-messages-parallel.json", "/v1/chat/completions"),
-    ("openai-responses-request-function-call-output.json", "/v1/responses"),
-])
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("anthropic-request-thinking-tool-result.json", "/v1/messages"),
+        ("anthropic-request-tool-result-parallel.json", "/v1/messages"),
+        ("openai-chat-request-tool-message.json", "/v1/chat/completions"),
+        ("openai-chat-request-tool-messages-parallel.json", "/v1/chat/completions"),
+        ("openai-responses-request-function-call-output.json", "/v1/responses"),
+    ],
+)
 async def test_recorded_requests_pass_pairing_checks(name: str, path: str) -> None:
     """Real, valid follow-up requests must not trip the pairing checks."""
     async with ScriptedModel([Turn(text="ok")]) as model, aiohttp.ClientSession() as session:
-        async with session.post(model.url + path, data=(WIRE / name).read_bytes(),
-                                headers={"Content-Type": "application/json"}) as resp:
+        async with session.post(
+            model.url + path, data=(WIRE / name).read_bytes(), headers={"Content-Type": "application/json"}
+        ) as resp:
             assert resp.status == 200, await resp.text()
         assert model.remaining == 0

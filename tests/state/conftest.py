@@ -45,9 +45,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def make_store(
-    backend: str, tmp_path: Path, fresh_redis: Callable[[], str]
-) -> AsyncIterator[MakeStore]:
+async def make_store(backend: str, tmp_path: Path, fresh_redis: Callable[[], str]) -> AsyncIterator[MakeStore]:
     """`await make_store(**limits)`: a new store instance; instances of one test share data
     (same SQLite file, same Redis), as separate sidecar processes would."""
     opened: list[StateStore] = []

@@ -42,8 +42,7 @@ async def _check_some(store: StateStore) -> None:
     assert rec is not None and (rec.call_id, rec.result, rec.count) == ("c1", "done", 2)
     assert await store.session_counts("s1") == (1, {"transfer": 1})
     a = await store.get_approval("a1")
-    assert a is not None and (a.status, a.decided_by, a.arguments) == (
-        "approved", "alice", {"amount": 10, "note": []})
+    assert a is not None and (a.status, a.decided_by, a.arguments) == ("approved", "alice", {"amount": 10, "note": []})
     assert await store.withheld_for("resp_1") == {"fc_1": "denied"}
 
 
@@ -62,8 +61,9 @@ async def test_sqlite_uses_wal_and_does_not_block_the_loop(tmp_path: Path) -> No
     store = SQLiteStore(str(tmp_path / "state.db"))
     loop_thread = threading.get_ident()
     seen: list[int] = []
-    mode = await store._run(lambda c: (seen.append(threading.get_ident()),
-                                      c.execute("PRAGMA journal_mode").fetchone()[0])[1])
+    mode = await store._run(
+        lambda c: (seen.append(threading.get_ident()), c.execute("PRAGMA journal_mode").fetchone()[0])[1]
+    )
     assert mode == "wal" and seen[0] != loop_thread
     await store.close()
 
@@ -161,9 +161,14 @@ async def test_redis_unresponsive_times_out_in_about_half_a_second() -> None:
     [("memory", MemoryStore), ("sqlite", SQLiteStore), ("redis", RedisStore)],
 )
 async def test_build_store(backend: str, kind: type, tmp_path: Path) -> None:
-    settings = StateSettings(backend=backend, sqlite_path=str(tmp_path / "s.db"),
-                             ledger_ttl_s=60, max_entries_per_session=7, max_entries_total=70,
-                             max_result_bytes=9)
+    settings = StateSettings(
+        backend=backend,
+        sqlite_path=str(tmp_path / "s.db"),
+        ledger_ttl_s=60,
+        max_entries_per_session=7,
+        max_entries_total=70,
+        max_result_bytes=9,
+    )
     store = build_store(settings)
     assert isinstance(store, kind) and store.name == backend
     assert store.limits == Limits(60, 7, 70, 9)

@@ -19,8 +19,12 @@ from tests.state.conftest import MakeStore
 
 
 def call(
-    call_id: str, args: dict[str, object] | None = None, *, session: str = "s1",
-    tool: str = "transfer", at: float | None = None,
+    call_id: str,
+    args: dict[str, object] | None = None,
+    *,
+    session: str = "s1",
+    tool: str = "transfer",
+    at: float | None = None,
 ) -> CallRecord:
     args = {"amount": 10} if args is None else args
     args_hash = sha256_hex(canonical_json(args))
@@ -29,12 +33,27 @@ def call(
 
 
 def approval(
-    approval_id: str, *, session: str = "s1", tool: str = "transfer", args_hash: str = "h1",
-    group: str = "finance", created: float | None = None, ttl: float = 60.0,
+    approval_id: str,
+    *,
+    session: str = "s1",
+    tool: str = "transfer",
+    args_hash: str = "h1",
+    group: str = "finance",
+    created: float | None = None,
+    ttl: float = 60.0,
 ) -> Approval:
     created = time.time() if created is None else created
-    return Approval(approval_id, session, tool, {"amount": 10, "note": []}, args_hash, group,
-                    ["amount over limit"], created, created + ttl)
+    return Approval(
+        approval_id,
+        session,
+        tool,
+        {"amount": 10, "note": []},
+        args_hash,
+        group,
+        ["amount over limit"],
+        created,
+        created + ttl,
+    )
 
 
 # -- ledger ------------------------------------------------------------------------------------
@@ -66,8 +85,7 @@ async def test_result_matching_and_duplicates(store: StateStore) -> None:
     assert not await store.record_result("s1", "unknown", "x", False, 6.0)
     rec = await store.get_call("s1", "c1")
     assert rec is not None
-    assert (rec.result, rec.result_is_error, rec.result_at, rec.result_truncated) == (
-        '{"ok": true}', False, 5.0, False)
+    assert (rec.result, rec.result_is_error, rec.result_at, rec.result_truncated) == ('{"ok": true}', False, 5.0, False)
     replay = await store.find_replay("s1", rec.replay_key)
     assert replay is not None and replay.result == '{"ok": true}'
 
@@ -124,9 +142,11 @@ async def test_lru_total(make_store: MakeStore) -> None:
     for session in ("a", "b", "c"):
         for i in range(2):
             await store.record_call(call(f"{session}{i}", {"i": i}, session=session))
-    remaining = {cid for s, cid in [("a", "a0"), ("a", "a1"), ("b", "b0"), ("b", "b1"),
-                                      ("c", "c0"), ("c", "c1")]
-                 if await store.get_call(s, cid) is not None}
+    remaining = {
+        cid
+        for s, cid in [("a", "a0"), ("a", "a1"), ("b", "b0"), ("b", "b1"), ("c", "c0"), ("c", "c1")]
+        if await store.get_call(s, cid) is not None
+    }
     assert remaining == {"b0", "b1", "c0", "c1"}
 
 
@@ -143,8 +163,7 @@ async def test_session_counts(store: StateStore) -> None:
 async def test_withheld_memo(store: StateStore) -> None:
     assert await store.withheld_for("resp_1") == {}
     await store.remember_withheld("resp_1", {"fc_1": '{"status":"denied"}', "fc_2": "not run"})
-    assert await store.withheld_for("resp_1") == {"fc_1": '{"status":"denied"}',
-                                                   "fc_2": "not run"}
+    assert await store.withheld_for("resp_1") == {"fc_1": '{"status":"denied"}', "fc_2": "not run"}
 
 
 async def test_healthy(store: StateStore) -> None:
@@ -176,8 +195,7 @@ async def test_decide_and_conflict(store: StateStore) -> None:
     now = time.time()
     await store.create_approval(approval("a1", created=now))
     d = await store.decide_approval("a1", "denied", "bob", "too much", now + 1)
-    assert (d.status, d.decided_by, d.comment, d.decided_at) == ("denied", "bob", "too much",
-                                                                 now + 1)
+    assert (d.status, d.decided_by, d.comment, d.decided_at) == ("denied", "bob", "too much", now + 1)
     assert await store.get_approval("a1") == d
     with pytest.raises(ApprovalConflict) as err:
         await store.decide_approval("a1", "approved", "alice", None, now + 2)
@@ -238,8 +256,7 @@ async def test_find_newest_and_consume_once(make_store: MakeStore) -> None:
 
     assert not await store.consume_approval("newer", now)  # still pending
     await store.decide_approval("newer", "approved", "alice", None, now)
-    results = await asyncio.gather(*(s.consume_approval("newer", now)
-                                     for s in (store, other, store, other)))
+    results = await asyncio.gather(*(s.consume_approval("newer", now) for s in (store, other, store, other)))
     assert sorted(results) == [False, False, False, True]
     consumed = await store.get_approval("newer")
     assert consumed is not None and consumed.status == "consumed"

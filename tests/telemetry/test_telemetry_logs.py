@@ -96,8 +96,15 @@ def test_secrets_never_logged(stream: io.StringIO) -> None:
         body={"messages": [{"content": "my key is sk-proj-abcdefghijklmnopqrstuvwx"}]},
     )
     text = stream.getvalue()
-    for secret in ("abcdefghijklmnopqrst", "plain-key-without-shape", "another", "session=abc",
-                   "Zm9vOmJhcg==", "k1", "sk-proj"):  # fmt: skip
+    for secret in (
+        "abcdefghijklmnopqrst",
+        "plain-key-without-shape",
+        "another",
+        "session=abc",
+        "Zm9vOmJhcg==",
+        "k1",
+        "sk-proj",
+    ):
         assert secret not in text
     record = _lines(stream)[0]
     assert record["headers"]["content-type"] == "application/json"  # type: ignore[index]
@@ -105,9 +112,14 @@ def test_secrets_never_logged(stream: io.StringIO) -> None:
 
 def test_provider_headers_never_reach_a_log_line(stream: io.StringIO) -> None:
     headers = {
-        "authorization": "Bearer sk-ant-secret", "x-api-key": "sk-openai-secret",
-        "openai-organization": "org-123", "openai-project": "proj_456", "Proxy-Authorization": "Basic x",
-        "Cookie": "s=1", "Set-Cookie": "t=2", "anthropic-version": "2023-06-01",
+        "authorization": "Bearer sk-ant-secret",
+        "x-api-key": "sk-openai-secret",
+        "openai-organization": "org-123",
+        "openai-project": "proj_456",
+        "Proxy-Authorization": "Basic x",
+        "Cookie": "s=1",
+        "Set-Cookie": "t=2",
+        "anthropic-version": "2023-06-01",
     }
     log_event("request", headers=headers)
     text = stream.getvalue()

@@ -69,12 +69,8 @@ def test_every_contract_metric_present_with_type_and_labels() -> None:
         if kind == "counter":
             assert f"\n{name}_total{{" in text or f"\n{name}_total " in text
     assert "_created" not in text
-    assert (
-        'sidecar_tool_calls_total{provider="anthropic",tool="search",verdict="allow"} 1.0' in text
-    )
-    assert (
-        'sidecar_upstream_request_duration_seconds_count{provider="openai",status="error"}' in text
-    )
+    assert 'sidecar_tool_calls_total{provider="anthropic",tool="search",verdict="allow"} 1.0' in text
+    assert 'sidecar_upstream_request_duration_seconds_count{provider="openai",status="error"}' in text
     assert 'sidecar_proxy_overhead_seconds_count{provider="anthropic",stream="true"} 1.0' in text
     assert "sidecar_approvals_pending 3.0" in text
     for extra in (
@@ -111,15 +107,10 @@ def test_buckets_fit_what_they_measure() -> None:
     text = m.render(None)[0].decode()
     assert 'sidecar_policy_evaluation_seconds_bucket{engine="embedded",le="1e-05"} 0.0' in text
     assert 'sidecar_policy_evaluation_seconds_bucket{engine="embedded",le="2.5e-05"} 1.0' in text
-    assert (
-        'sidecar_tool_call_duration_seconds_bucket{le="600.0",outcome="ok",tool="other"} 1.0'
-        in text
-    )
+    assert 'sidecar_tool_call_duration_seconds_bucket{le="600.0",outcome="ok",tool="other"} 1.0' in text
     assert 'le="5e-05",provider="openai",stream="false"} 0.0' in text
     assert 'le="0.0001",provider="openai",stream="false"} 1.0' in text
-    assert (
-        'sidecar_upstream_request_duration_seconds_bucket{le="600.0",provider="anthropic"' in text
-    )
+    assert 'sidecar_upstream_request_duration_seconds_bucket{le="600.0",provider="anthropic"' in text
 
 
 def test_openmetrics_negotiation() -> None:
@@ -161,9 +152,7 @@ def test_tool_labels_helper() -> None:
     assert labels.declare("c") == "other"
     assert labels.declare("a") == "a"
     assert labels.declare("x" * 500) == "other"
-    assert (
-        labels.label("a") == "a" and labels.label("c") == "other" and labels.label(None) == "other"
-    )
+    assert labels.label("a") == "a" and labels.label("c") == "other" and labels.label(None) == "other"
     assert len(labels) == 2
 
 

@@ -18,10 +18,7 @@ from sidecar.telemetry.redact import REDACTED, redact, redact_text
 from sidecar.telemetry.rejection_log import RejectionLog, rejection_record
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"
-PEM = (
-    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1234567890abcdef\nQWERTY==\n"
-    "-----END RSA PRIVATE KEY-----"
-)
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1234567890abcdef\nQWERTY==\n-----END RSA PRIVATE KEY-----"
 
 
 # ------------------------------------------------------------------ redaction
@@ -141,9 +138,13 @@ def test_record_shape_and_redaction(tmp_path: Path) -> None:
     assert record["time"].endswith("Z") and "T" in record["time"]
     assert record["verdict"] == "reject" and record["status"] == "invalid_arguments"
     assert record["errors"] == [
-        {"field": "password", "problem": 'expected length >= 12, got "[REDACTED]"',
-         "expected": "string", "kind": "range"}
-    ]  # fmt: skip
+        {
+            "field": "password",
+            "problem": 'expected length >= 12, got "[REDACTED]"',
+            "expected": "string",
+            "kind": "range",
+        }
+    ]
     assert record["arguments"] == {"user": "bob", "password": REDACTED, "token": REDACTED}
     assert record["schema"]["properties"] == {"password": {"type": "string"}}  # names are kept
     assert record["headers"] == {"authorization": REDACTED}
@@ -290,8 +291,7 @@ def test_unwritable_file_recovers(tmp_path: Path) -> None:
     target.unlink()  # the operator fixes it: next line opens the file
     log.write(_record(2))
     log.close()
-    assert log.health() == {"ok": True, "error": None, "written": 1, "dropped": 0, "errors": 2,
-                            "queued": 0}  # fmt: skip
+    assert log.health() == {"ok": True, "error": None, "written": 1, "dropped": 0, "errors": 2, "queued": 0}
     assert orjson.loads((target / "rej.log").read_bytes())["call_id"] == "toolu_2"
 
 
@@ -353,14 +353,10 @@ def test_unserialisable_and_bad_records_never_raise(tmp_path: Path) -> None:
     assert log.dropped == 1
 
 
-async def test_write_does_not_block_event_loop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_write_does_not_block_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     gate = threading.Event()
     real_write = os.write
-    monkeypatch.setattr(
-        rejection_log, "_write", lambda fd, data: (gate.wait(5), real_write(fd, data))[1]
-    )
+    monkeypatch.setattr(rejection_log, "_write", lambda fd, data: (gate.wait(5), real_write(fd, data))[1])
     log = RejectionLog(str(tmp_path / "r.log"))
     loop = asyncio.get_running_loop()
     start = loop.time()

@@ -114,10 +114,7 @@ def test_normalisation() -> None:
     assert normalise_problem('expected integer, got string "10"') == normalise_problem(
         "expected integer, got string 'abc'"
     )
-    assert (
-        normalise_problem("-5 is less than the minimum of 1")
-        == "<n> is less than the minimum of <n>"
-    )
+    assert normalise_problem("-5 is less than the minimum of 1") == "<n> is less than the minimum of <n>"
     assert normalise_problem("expected int32") == "expected int32"
     assert normalise_field("items[3].q") == "items[*].q" == normalise_field("items[12].q")
     assert normalise_field("items/3/q") == "items/*/q"
@@ -169,9 +166,7 @@ def test_top_since_and_missing_file(logfile: Path, tmp_path: Path) -> None:
 
 def test_promote_writes_stable_fixtures(logfile: Path, tmp_path: Path) -> None:
     out_dir = tmp_path / "regressions"
-    args = _parse(
-        ["rejections", "promote", str(logfile), "--out", str(out_dir), "--min-count", "2"]
-    )
+    args = _parse(["rejections", "promote", str(logfile), "--out", str(out_dir), "--min-count", "2"])
     assert args.func(args, io.StringIO(), io.StringIO()) == 0
     fixtures = sorted(out_dir.glob("*.json"))
     assert len(fixtures) == 2
@@ -181,9 +176,8 @@ def test_promote_writes_stable_fixtures(logfile: Path, tmp_path: Path) -> None:
     assert case["tool"] == "transfer" and case["schema"] is None
     assert case["arguments"] == {"amount": "x"}
     assert case["expected_errors"] == [
-        {"field": "amount", "problem": 'expected integer, got string "7"', "expected": "integer",
-         "kind": "type"}
-    ]  # fmt: skip
+        {"field": "amount", "problem": 'expected integer, got string "7"', "expected": "integer", "kind": "type"}
+    ]
     module = (out_dir / "test_rejection_regressions.py").read_text()
     assert "from sidecar.guards.lockdown import Lockdown" in module
     assert "Lockdown().check(" in module and "LockdownSettings()" in module
@@ -202,16 +196,22 @@ def test_promoted_module_replays_through_lockdown(tmp_path: Path) -> None:
     log_path = tmp_path / "rej.log"
     log = RejectionLog(str(log_path))
     declaration = ToolDeclaration.create("transfer", SCHEMA)
-    for i, arguments in enumerate(
-        [{"amount": "10", "to": "bob"}, {"amount": 0, "to": "x", "memo": 1}]
-    ):
+    for i, arguments in enumerate([{"amount": "10", "to": "bob"}, {"amount": 0, "to": "x", "memo": 1}]):
         call = ToolCall(f"c{i}", "transfer", arguments, orjson.dumps(arguments).decode())
         verdict = Lockdown().check(call, declaration, LockdownSettings())
         assert verdict.errors
         log.log_rejection(
-            session="s", provider="anthropic", model="m", tool="transfer", call_id=call.id,
-            arguments=arguments, verdict=verdict, action="repaired", repair_round=1, schema=SCHEMA,
-        )  # fmt: skip
+            session="s",
+            provider="anthropic",
+            model="m",
+            tool="transfer",
+            call_id=call.id,
+            arguments=arguments,
+            verdict=verdict,
+            action="repaired",
+            repair_round=1,
+            schema=SCHEMA,
+        )
     log.close()
 
     out_dir = tmp_path / "regressions"
@@ -228,11 +228,22 @@ def test_promoted_module_replays_through_lockdown(tmp_path: Path) -> None:
     fixture.write_bytes(orjson.dumps(case, option=orjson.OPT_SORT_KEYS))
 
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
-         str(out_dir / "test_rejection_regressions.py"),
-         str(broken_dir / "test_rejection_regressions.py")],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--import-mode=importlib",
+            str(out_dir / "test_rejection_regressions.py"),
+            str(broken_dir / "test_rejection_regressions.py"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "1 failed, 5 passed" in result.stdout, result.stdout + result.stderr
     assert "accepted now" in result.stdout
     assert f"broken/test_rejection_regressions.py::test_still_refused[{fixture.stem}]" in (
