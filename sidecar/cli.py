@@ -33,7 +33,7 @@ def _registrars() -> list[Registrar]:
 def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML settings file")
     parser.add_argument("--listen", metavar="HOST:PORT", help="proxy port (default 127.0.0.1:8080)")
-    parser.add_argument("--admin-listen", metavar="HOST:PORT", help="admin port (default 127.0.0.1:9090)")
+    parser.add_argument("--admin-listen", metavar="HOST:PORT", help="admin port (default 127.0.0.1:9477)")
     parser.add_argument("--anthropic-upstream", metavar="URL", help="default https://api.anthropic.com")
     parser.add_argument("--openai-upstream", metavar="URL", help="default https://api.openai.com")
     parser.add_argument("--policies", metavar="DIR", help="directory of Rego policies and data.json")

@@ -130,7 +130,10 @@ class TelemetrySettings(_Section):
 
 class Settings(_Section):
     listen: str = "127.0.0.1:8080"
-    admin_listen: str = "127.0.0.1:9090"
+    # Not 9090 (Prometheus), 9091/9093 (Pushgateway, Alertmanager), 9100 (node exporter), 9464
+    # (OpenTelemetry's Prometheus exporter), 8181 (OPA), 9901 / 15000-15090 (Envoy, Istio):
+    # ports an agent's pod or the operator's machine commonly runs already.
+    admin_listen: str = "127.0.0.1:9477"
     anthropic_upstream: str = "https://api.anthropic.com"
     openai_upstream: str = "https://api.openai.com"
     policies: str | None = None

@@ -22,7 +22,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 def test_defaults_are_the_public_apis_on_loopback():
     settings = load_settings(environ={})
-    assert settings.listen == "127.0.0.1:8080" and settings.admin_listen == "127.0.0.1:9090"
+    assert settings.listen == "127.0.0.1:8080" and settings.admin_listen == "127.0.0.1:9477"
     assert settings.anthropic_upstream == "https://api.anthropic.com"
     assert settings.openai_upstream == "https://api.openai.com"
     assert settings.max_body_bytes == 32 * 1024 * 1024

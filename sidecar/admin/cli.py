@@ -17,7 +17,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-DEFAULT_ADMIN_URL = "http://127.0.0.1:9090"
+DEFAULT_ADMIN_URL = "http://127.0.0.1:9477"
 
 
 class CliError(Exception):

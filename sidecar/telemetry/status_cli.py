@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any, TextIO
 
-DEFAULT_ADMIN_URL = "http://127.0.0.1:9090"
+DEFAULT_ADMIN_URL = "http://127.0.0.1:9477"
 VERDICTS = ("allow", "reject", "deny", "approval", "replay")
 
 

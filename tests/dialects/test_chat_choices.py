@@ -1,7 +1,7 @@
 """Chat Completions with `n > 1`: only choice 0 is enforced, so the tool calls of the other
 choices never reach the agent (removed and explained), while everything else passes as it came.
 
-The shapes follow the recorded n=1 transcripts in shared/wire; the e2e test reuses them.
+The shapes follow the recorded n=1 transcripts in tests/fixtures/wire; the e2e test reuses them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every recorded provider transcript in shared/wire, parsed by the dialects and checked.
+"""Every recorded provider transcript in tests/fixtures/wire, parsed by the dialects and checked.
 
 Each file has an entry in exactly one expectation table below (a new file fails until it
 gets one). Streams are parsed in many chunkings, assembled, and their held part re-rendered
@@ -28,30 +28,7 @@ from sidecar.dialects.base import StreamAssembler
 from sidecar.dialects.sse import SSEEvent, SSEParser, format_event
 from sidecar.model import canonical_json
 from tests.helpers.serve import serve
-
-WIRE = Path(__file__).resolve().parents[2].parent / "shared" / "wire"
-DOCS = {"PROTOCOLS.md", "SOURCES.md"}
-MISSING = f"recorded wire transcripts not found at {WIRE}: check out shared/ beside the repository"
-
-
-def wire_names() -> list[str]:
-    if not WIRE.is_dir():
-        return ["<shared/wire missing>"]
-    return [p.name for p in sorted(WIRE.glob("*")) if p.name not in DOCS]
-
-
-def wire_bytes(name: str) -> bytes:
-    """A recorded file; every test reads through here, so a missing folder fails them all."""
-    if not WIRE.is_dir():
-        pytest.fail(MISSING, pytrace=False)
-    return (WIRE / name).read_bytes()
-
-
-def wire_json(name: str) -> dict[str, Any]:
-    value = json.loads(wire_bytes(name))
-    assert isinstance(value, dict)
-    return value
-
+from tests.helpers.wire import wire_bytes, wire_json, wire_names
 
 # ---------------------------------------------------------------------------------------
 # Expectation tables
@@ -427,15 +404,11 @@ TABLES: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("name", wire_names())
 def test_every_wire_file_has_expectations(name: str) -> None:
-    if not WIRE.is_dir():
-        pytest.fail(MISSING, pytrace=False)
     tables = [table for table, cases in TABLES.items() if name in cases]
     assert len(tables) == 1, f"{name}: add it to exactly one expectation table in {Path(__file__).name} ({tables})"
 
 
 def test_every_expectation_has_its_file() -> None:
-    if not WIRE.is_dir():
-        pytest.fail(MISSING, pytrace=False)
     expected = {name for cases in TABLES.values() for name in cases}
     assert sorted(expected - set(wire_names())) == []
 

@@ -4,7 +4,6 @@ streams and rendering their tails never raise, whatever the JSON holds."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -13,9 +12,9 @@ from hypothesis import strategies as st
 
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Dialect
 from sidecar.dialects.sse import SSEParser, format_event
+from tests.helpers.wire import WIRE
 from tests.robustness.strategies import JSON, WIRE_JSON, WIRE_TYPES, mutated
 
-WIRE = Path(__file__).resolve().parents[2].parent / "shared" / "wire"
 DIALECTS = {"anthropic": ANTHROPIC, "openai-chat": OPENAI_CHAT, "openai-responses": OPENAI_RESPONSES}
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -2,13 +2,12 @@
 
 Each stream is reduced to a token sequence (event kind, block/delta type; runs of the same
 token collapsed, since fragment counts vary) and compared with a real recording from
-/work/shared/wire. Where the recording is recent enough, the JSON key order of every event
+tests/fixtures/wire. Where the recording is recent enough, the JSON key order of every event
 kind is compared as well, nested objects included.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,9 +16,7 @@ import pytest
 
 from sidecar.dialects.sse import SSEEvent, parse_sse
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
-
-WIRE = Path("/work/shared/wire")
-pytestmark = pytest.mark.skipif(not WIRE.is_dir(), reason="recorded wire files not available")
+from tests.helpers.wire import WIRE
 
 USER = [{"role": "user", "content": "hi"}]
 
