@@ -34,7 +34,7 @@ class Addon:
     async def repaired(self, exchange: Exchange, outcome: str) -> None:
         """A repair sequence ended: corrected or exhausted."""
 
-    async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:
+    async def upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
         """One upstream request (the agent's or a repair round) finished."""
 
     async def done(self, exchange: Exchange, status: int, overhead_s: float, stream: bool) -> None:
@@ -71,7 +71,7 @@ class Addons:
     async def repaired(self, exchange: Exchange, outcome: str) -> None:
         await self._each("repaired", lambda a: a.repaired(exchange, outcome))
 
-    async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:
+    async def upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
         await self._each("upstream", lambda a: a.upstream(exchange, status, seconds))
 
     async def done(self, exchange: Exchange, status: int, overhead_s: float, stream: bool) -> None:

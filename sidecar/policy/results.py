@@ -43,7 +43,7 @@ class ResultPolicy(PolicyAddon):
     async def request(self, exchange: Exchange) -> None:
         await self.evaluate(exchange)
 
-    async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:
+    async def upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
         await self.evaluate(exchange)
 
     async def evaluate(self, exchange: Exchange) -> dict[str, Decision]:

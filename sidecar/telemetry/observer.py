@@ -84,7 +84,7 @@ class TelemetryAddon(Addon):
         self.metrics.repair_round(outcome, sorted(exchange.scratch.pop(_REPAIR_TOOLS, ())))
         log_event("repair_round", session=exchange.session, outcome=outcome, rounds=exchange.repair_rounds)
 
-    async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:
+    async def upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
         self.metrics.upstream(exchange.provider.value, status, seconds)
 
     async def done(self, exchange: Exchange, status: int, overhead_s: float, stream: bool) -> None:
