@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from sidecar.context import CallCheck, Exchange
-from sidecar.dialects.base import Reply
-from sidecar.model import ToolCall
+from sidecar.exchange.state import CallCheck, Exchange
+from sidecar.model import Reply, ToolCall
 
 log = logging.getLogger("sidecar.addons")
 

@@ -16,18 +16,18 @@ from sidecar.addons import Addons
 from sidecar.admin.app import build_admin_app
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
-from sidecar.enforce import Enforcer
+from sidecar.exchange.enforce import Enforcer
 from sidecar.guards.approval import ApprovalGuard, ApprovalLookup
 from sidecar.guards.arguments import ArgumentsGuard
 from sidecar.guards.base import Guard, GuardChain
 from sidecar.guards.policy import PolicyGuard
 from sidecar.guards.replay import ReplayGuard, ReplayLedger, ToolTraits, store_health
 from sidecar.guards.results import ResultMatcher
-from sidecar.handler import ProxyHandler, RepairChannel
 from sidecar.model import Provider
 from sidecar.policy import EmbeddedEngine, build_engine
 from sidecar.policy.results import ResultPolicy
 from sidecar.policy.tool_list import ToolListFilter
+from sidecar.proxy.handler import ProxyHandler, RepairChannel
 from sidecar.proxy.upstream import Upstreams
 from sidecar.state import build_store
 from sidecar.state.continuations import Continuations

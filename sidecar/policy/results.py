@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sidecar.context import Exchange
+from sidecar.exchange.state import Exchange
 from sidecar.policy.addon import PolicyAddon
 from sidecar.policy.engine import Decision
 from sidecar.policy.inputs import base_input, session_counts

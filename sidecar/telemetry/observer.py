@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from sidecar.addons import Addon
-from sidecar.context import CallCheck, Exchange
+from sidecar.exchange.state import CallCheck, Exchange
 from sidecar.model import Verdict
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics

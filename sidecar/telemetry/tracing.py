@@ -43,9 +43,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from sidecar import __version__
 from sidecar.addons import Addon
 from sidecar.config import TelemetrySettings
-from sidecar.context import CallCheck, Exchange
-from sidecar.dialects.base import Reply
-from sidecar.model import ToolCall, VerdictKind
+from sidecar.exchange.state import CallCheck, Exchange
+from sidecar.model import Reply, ToolCall, VerdictKind
 
 # Explicit bucket boundaries the GenAI conventions give for durations (seconds).
 DURATION_BUCKETS: tuple[float, ...] = (

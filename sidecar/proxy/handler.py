@@ -20,13 +20,13 @@ from multidict import CIMultiDict
 
 from sidecar.addons import Addons
 from sidecar.config import Settings
-from sidecar.context import Exchange
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
-from sidecar.dialects.base import MAX_DEPTH, Dialect, Reply, TooDeep, loads
+from sidecar.dialects.base import MAX_DEPTH, Dialect, TooDeep, loads
 from sidecar.dialects.sse import SSEParser, format_event
-from sidecar.enforce import Enforcer, RepairFailed, Settlement
+from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
+from sidecar.exchange.state import Exchange
 from sidecar.identity import is_derived, session_id
-from sidecar.model import Provider
+from sidecar.model import Provider, Reply
 from sidecar.proxy.headers import downstream_response_headers, upstream_request_headers
 from sidecar.proxy.routing import Route, path_class, resolve, upstream_url
 from sidecar.proxy.upstream import UpstreamError, Upstreams
