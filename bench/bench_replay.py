@@ -3,11 +3,11 @@
     .venv/bin/python bench/bench_replay.py [--calls 20000]
 
 Times, in µs per call, sequential awaits from one coroutine:
-- guard, miss:      ReplayGuard.on_call for a call never seen (key hash + find_replay)
+- guard, miss:      ReplayFilter.look_up + on_call for a call never seen (key hash + find_replay + get_call)
 - guard, replay:    the same for a side-effecting repeat (adds the REPLAY verdict)
 - guard, read-only: a repeat of a read-only tool (allowed, check.replay filled)
-- delivered:        ReplayLedger.delivered for one call (get_call + record_call)
-- result:           ResultMatcher.request for one JSON result (get_call + record_result)
+- delivered:        ReplayFilter.on_deliver for one call (record_call)
+- result:           ResultMatcher.on_request for one JSON result (get_call + record_result)
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sidecar.config import Settings
 from sidecar.dialects import ANTHROPIC
 from sidecar.exchange.state import CallCheck, Exchange
-from sidecar.guards.replay import ReplayGuard, ReplayLedger, ToolTraits
-from sidecar.guards.results import ResultMatcher
+from sidecar.filters.replay import ReplayFilter
+from sidecar.filters.results import ResultMatcher
 from sidecar.model import Provider, RequestView, ToolCall, ToolResult
+from sidecar.policy.traits import ToolTraits
 from sidecar.state import Limits, MemoryStore
 from sidecar.telemetry.metrics import Metrics
 
@@ -60,29 +61,33 @@ async def main(n: int) -> None:
     for name in ("send", "read"):
         metrics.declare_tool(name)
     store = MemoryStore(Limits(max_total=4 * n, max_per_session=4 * n))
-    guard = ReplayGuard(settings, store, ToolTraits(settings), metrics)
-    ledger = ReplayLedger(store, metrics)
-    matcher = ResultMatcher(store, metrics)
+    replay = ReplayFilter(settings, store, ToolTraits(settings), metrics)
+    matcher = ResultMatcher(store)
     ex = exchange("bench-session")
     sends, reads = calls(n, "send"), calls(n, "read")
 
-    miss = await per_call(n, lambda i: guard.on_call(CallCheck(sends[i], ex, 1)))
-    delivered = await per_call(n, lambda i: ledger.delivered(ex, [sends[i]]))
-    await ledger.delivered(ex, reads)
+    async def check(call: ToolCall) -> object:
+        one = CallCheck(call, ex, 1)
+        await replay.look_up(one)
+        return await replay.on_call(one)
+
+    miss = await per_call(n, lambda i: check(sends[i]))
+    delivered = await per_call(n, lambda i: replay.on_deliver(ex, [sends[i]]))
+    await replay.on_deliver(ex, reads)
     views = [
         exchange("bench-session", RequestView(results=[ToolResult(c.id, '{"status": "sent"}', size=18)])) for c in sends
     ]
-    result = await per_call(n, lambda i: matcher.request(views[i]))
+    result = await per_call(n, lambda i: matcher.on_request(views[i]))
     again = [ToolCall(c.id + "r", c.name, c.arguments, "") for c in sends]
-    replay = await per_call(n, lambda i: guard.on_call(CallCheck(again[i], ex, 1)))
+    replayed = await per_call(n, lambda i: check(again[i]))
     read_again = [ToolCall(c.id + "r", c.name, c.arguments, "") for c in reads]
-    read_only = await per_call(n, lambda i: guard.on_call(CallCheck(read_again[i], ex, 1)))
+    read_only = await per_call(n, lambda i: check(read_again[i]))
     baseline = await per_call(n, lambda i: _noop())
 
     print(f"memory backend, {n:,} calls in one session (µs per call; empty await {baseline:.2f})")
     for label, value in (
         ("guard, miss", miss),
-        ("guard, replay", replay),
+        ("guard, replay", replayed),
         ("guard, read-only", read_only),
         ("delivered", delivered),
         ("result", result),

@@ -7,40 +7,46 @@ import contextlib
 import inspect
 import logging
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from sidecar.addons import Addons
 from sidecar.admin.app import build_admin_app
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
-from sidecar.exchange.enforce import Enforcer
-from sidecar.guards.approval import ApprovalGuard, ApprovalLookup
-from sidecar.guards.arguments import ArgumentsGuard
-from sidecar.guards.base import Guard, GuardChain
-from sidecar.guards.policy import PolicyGuard
-from sidecar.guards.replay import ReplayGuard, ReplayLedger, ToolTraits, store_health
-from sidecar.guards.results import ResultMatcher
-from sidecar.model import Provider
+from sidecar.exchange.filters import Filter, FilterChain
+from sidecar.exchange.runner import ExchangeRunner, UpstreamError
+from sidecar.exchange.state import Exchange
+from sidecar.filters.approval import ApprovalFilter
+from sidecar.filters.arguments import ArgumentsFilter
+from sidecar.filters.conversation import ProviderStateFilter
+from sidecar.filters.policy import PolicyFilter
+from sidecar.filters.replay import ReplayFilter
+from sidecar.filters.result_policy import ResultPolicy
+from sidecar.filters.results import ResultMatcher
+from sidecar.filters.telemetry import TelemetryFilter
+from sidecar.filters.tool_list import ToolListFilter
+from sidecar.filters.tracing import tracing_from_settings
+from sidecar.model import Provider, RefusalReason
 from sidecar.policy import EmbeddedEngine, build_engine
-from sidecar.policy.results import ResultPolicy
-from sidecar.policy.tool_list import ToolListFilter
-from sidecar.proxy.handler import ProxyHandler, RepairChannel
+from sidecar.policy.traits import ToolTraits
+from sidecar.proxy.handler import ProxyHandler, UpstreamChannel
 from sidecar.proxy.upstream import Upstreams
 from sidecar.state import build_store
 from sidecar.state.continuations import Continuations
+from sidecar.state.guarded import GuardedStore
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
-from sidecar.telemetry.observer import TelemetryAddon
 from sidecar.telemetry.rejection_log import RejectionLog
-from sidecar.telemetry.tracing import tracing_from_settings
 
 log = logging.getLogger("sidecar")
 
 # A component's readiness for /readyz: a dict with at least "ok" (sync or async).
 HealthCheck = Callable[[], "dict[str, Any] | Awaitable[dict[str, Any]]"]
+# A critical filter failure keeps /readyz unready this long (then it recovers on its own).
+FILTER_FAILURE_WINDOW_S = 60.0
 
 
 class Sidecar:
@@ -50,22 +56,16 @@ class Sidecar:
         self.settings = settings
         self.metrics = Metrics(settings.telemetry.tool_label_cap)
         self.rejections = RejectionLog.from_settings(settings.rejection_log, self.metrics)
-        self.addons = Addons([TelemetryAddon(self.metrics, self.rejections)])
-        # Traces only when an OTLP endpoint is configured: otherwise no addon, no cost.
-        self.tracing = tracing_from_settings(settings.telemetry)
-        if self.tracing is not None:
-            self.addons.add(self.tracing)
         self.upstreams = Upstreams(
             {Provider.ANTHROPIC: settings.anthropic_upstream, Provider.OPENAI: settings.openai_upstream},
             read_timeout_s=settings.upstream_timeout_s,
             connect_timeout_s=settings.upstream_connect_timeout_s,
         )
-        # Ledger, replay index, approvals, Responses memo: memory, SQLite or shared Redis.
-        self.state = build_store(settings.state)
-        self.addons.add(ResultMatcher(self.state, self.metrics))
-        self.addons.add(ReplayLedger(self.state, self.metrics))
+        # Ledger, replay index, approvals, Responses memo: memory, SQLite or shared Redis, behind
+        # one guard: any backend error is "state unavailable", counted, and on /readyz.
+        self.state: GuardedStore = build_store(settings.state, on_error=self.metrics.state_error)
         # Rego: a broken policy at startup is an error (PolicyLoadError); later a broken
-        # revision keeps the last good one and /readyz says so.
+        # revision keeps the last good one and /v1/status says so.
         self.policy = build_engine(settings.policy, settings.policies, on_reload=self._policy_reloaded)
         self.metrics.policy_staleness(self.policy.stale_seconds)
         # side_effects / repeatable per tool: the embedded engine's data.json, kept current by
@@ -75,34 +75,123 @@ class Sidecar:
             if isinstance(self.policy, EmbeddedEngine)
             else ToolTraits.from_settings(settings)
         )
-        # After ResultMatcher: the policy sees matched results; session counts from the ledger.
-        self.addons.add(ToolListFilter(settings, self.policy, self.metrics, self.state))
-        self.addons.add(ResultPolicy(settings, self.policy, self.metrics, self.state))
         # Human approvals live in the same store (see sidecar/approvals/__init__.py).
         self.approvals = ApprovalService(settings, self.state, self.metrics)
-        self.guards: list[Guard] = [
-            ArgumentsGuard(settings),
-            ReplayGuard(settings, self.state, self.tool_traits, self.metrics),
-            # order: arguments → replay → policy → approval (which resolves APPROVAL verdicts)
-            ApprovalLookup(self.approvals),
-            PolicyGuard(settings, self.policy, self.metrics, self.state),
-            ApprovalGuard(self.approvals),
-        ]
-        continuations = Continuations(store=self.state, on_state_error=self._state_error)
-        self.enforcer = Enforcer(
-            settings,
-            GuardChain(self.guards),
-            self.addons,
-            RepairChannel(self.upstreams, self.addons),
-            continuations,
+        # Traces only when an OTLP endpoint is configured: otherwise no filter, no cost.
+        self.tracing = tracing_from_settings(settings.telemetry)
+        self.filters = self._filters(Continuations(store=self.state))
+        self._filter_failures: dict[str, tuple[float, str]] = {}
+        self.chain = FilterChain(self.filters, on_failure=self._filter_failed)
+        self.runner = ExchangeRunner(
+            settings, self.chain, UpstreamChannel(self.upstreams), self._refused, self._exchange_upstream_failed
         )
-        self.handler = ProxyHandler(settings, self.upstreams, self.enforcer, self.addons, self.metrics)
-        self.health_checks: dict[str, HealthCheck] = {"rejection_log": self.rejections.health}
-        self.health_checks["policy"] = self.policy.health
-        self.health_checks["state"] = store_health(self.state)
+        self.handler = ProxyHandler(
+            settings, self.upstreams, self.runner, self._refused, self._upstream_failed, self._passthrough
+        )
+        self.health_checks: dict[str, HealthCheck] = {
+            "rejection_log": self.rejections.health,
+            "policy": self.policy.health,
+            "state": self._state_health,
+            "filters": self._filters_health,
+        }
+        self._closing = contextlib.AsyncExitStack()
+        self._closes("state", self.state.close)
+        self._closes("rejection log", lambda: asyncio.to_thread(self.rejections.close))
+        if self.tracing is not None:
+            self._closes("tracing", self.tracing.aclose)
 
-    def _state_error(self, _exc: Exception) -> None:
-        self.metrics.state_error(self.state.name)
+    def _filters(self, continuations: Continuations) -> list[Filter]:
+        """The chain, in order. Each hook runs over the filters in this order."""
+        s, state, metrics = self.settings, self.state, self.metrics
+        filters: list[Filter] = [
+            # What the provider holds (Responses chains): restores the session every later
+            # filter works with, and fixes the request up before anyone reads it.
+            ProviderStateFilter(continuations),
+        ]
+        if self.tracing is not None:
+            # Traces: early, so its span is current while the others run (log lines carry it).
+            filters.append(self.tracing)
+        filters += [
+            # Metrics and logs; before tool_list, because it admits declared tool names as labels.
+            TelemetryFilter(metrics, self.rejections),
+            # Tool results matched to their calls (ex.results) before anyone hears them.
+            ResultMatcher(state),
+            ResultPolicy(s, self.policy, metrics, state),
+            # Hidden tools leave the request before it goes upstream.
+            ToolListFilter(s, self.policy, metrics, state),
+            # The call checks, in this order: the first refusal wins and later filters see the
+            # earlier findings (the policy input carries validation, replay and approval facts).
+            ArgumentsFilter(s),
+            ReplayFilter(s, state, self.tool_traits, metrics),
+            PolicyFilter(s, self.policy, metrics, state),
+            # Resolves the policy's "needs approval"; its lookup runs before the policy decides.
+            ApprovalFilter(self.approvals),
+        ]
+        return filters
+
+    def add_filter(self, extra: Filter) -> None:
+        """Append a filter at the end of the chain (an embedding's own observer, a test probe)."""
+        self.filters.append(extra)
+        self.chain.add(extra)
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def _filter_failed(self, name: str, hook: str, exc: BaseException, critical: bool) -> None:
+        self.metrics.filter_error(name, hook, critical)
+        if critical:
+            self._filter_failures[name] = (time.time(), f"{hook}: {type(exc).__name__}: {exc}")
+
+    def _filters_health(self) -> dict[str, Any]:
+        now = time.time()
+        recent = {
+            name: {"at": at, "error": error}
+            for name, (at, error) in self._filter_failures.items()
+            if now - at < FILTER_FAILURE_WINDOW_S
+        }
+        report: dict[str, Any] = {"ok": not recent, "chain": self.chain.names()}
+        if recent:
+            report["failing"] = recent
+        return report
+
+    async def _state_health(self) -> dict[str, Any]:
+        ok = await self.state.healthy()
+        report: dict[str, Any] = {"ok": ok, "backend": self.state.name, **self.state.health()}
+        if not ok:
+            report["error"] = f"state backend {self.state.name} is unavailable"
+        return report
+
+    def _refused(self, reason: RefusalReason, path: str, message: str) -> None:
+        self.metrics.request_refused(reason.value)
+        log_event("request_refused", level=logging.WARNING, log=log, reason=reason.value, path=path, message=message)
+
+    def _upstream_failed(self, provider: Provider, exc: UpstreamError, path: str) -> None:
+        """No HTTP answer from the upstream: counted by cause, never as an upstream 502."""
+        self.metrics.upstream_error(provider.value, exc.cause.value)
+        log_event(
+            "upstream_error",
+            level=logging.WARNING,
+            log=log,
+            provider=provider.value,
+            path=path,
+            cause=exc.cause.value,
+            error=exc.message,
+            status=exc.status,
+        )
+
+    def _exchange_upstream_failed(self, ex: Exchange, exc: UpstreamError) -> None:
+        self._upstream_failed(ex.provider, exc, ex.url.path)
+
+    def _passthrough(self, provider: Provider, method: str, path: str, path_class: str, status: int) -> None:
+        self.metrics.passthrough_request(provider.value, path_class)
+        log_event(
+            "passthrough",
+            log=log,
+            provider=provider.value,
+            method=method,
+            path=path,
+            path_class=path_class,
+            status=status,
+        )
 
     def _policy_reloaded(self, ok: bool, error: str | None) -> None:
         if ok and isinstance(self.policy, EmbeddedEngine):
@@ -110,20 +199,30 @@ class Sidecar:
         self.metrics.policy_reload(ok)
         log_event("policy_reload", level=logging.INFO if ok else logging.ERROR, ok=ok, error=error)
 
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _closes(self, name: str, close: Callable[[], Awaitable[None]]) -> None:
+        """Closed in reverse order of registration; one failing close never stops the others."""
+
+        async def guarded() -> None:
+            try:
+                await close()
+            except Exception:
+                log.exception("closing %s failed", name)
+
+        self._closing.push_async_callback(guarded)
+
     async def start(self) -> None:
         await self.upstreams.start()
+        self._closes("upstream client", self.upstreams.close)
         if isinstance(self.policy, EmbeddedEngine):
             await self.policy.start()  # hot reload
+        self._closes("policy engine", self.policy.close)
         await self.approvals.start()  # expiry sweep and pending gauge
+        self._closes("approvals", self.approvals.close)
 
     async def close(self) -> None:
-        await self.approvals.close()
-        await self.policy.close()
-        await self.upstreams.close()
-        await asyncio.to_thread(self.rejections.close)
-        await self.state.close()
-        if self.tracing is not None:
-            await self.tracing.aclose()
+        await self._closing.aclose()
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         report: dict[str, Any] = {}

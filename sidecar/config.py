@@ -120,6 +120,21 @@ class ApprovalSettings(_Section):
     admin_url: str | None = None
 
 
+class LimitsSettings(_Section):
+    """Bounds on what an upstream or an agent controls: memory never grows with what they send."""
+
+    # A streamed reply is held from its first tool call until the set is checked: above this,
+    # the reply is refused (in-stream error), never buffered further.
+    max_held_stream_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
+    # Compiled tool schemas kept (by their size in bytes, LRU).
+    schema_cache_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)
+    # A declared schema larger than this is not compiled on the event loop: calls to that tool
+    # are refused as unusable declarations (a real tool schema is a few KiB).
+    max_schema_bytes: int = Field(512 * 1024, ge=1024)
+    # Argument values longer than this are cut in the rejection log (the size is kept).
+    rejection_log_max_value_bytes: int = Field(4096, ge=64)
+
+
 class TelemetrySettings(_Section):
     tool_label_cap: int = Field(200, ge=1)
     otlp_endpoint: str | None = None
@@ -150,6 +165,7 @@ class Settings(_Section):
     state: StateSettings = Field(default_factory=StateSettings)
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
     # Who the agent is, for the policy input (`input.agent`). Unset: the pod's POD_NAME /
     # POD_NAMESPACE (Downward API), else empty.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -10,6 +10,10 @@ import pytest
 from sidecar.app import Running, start
 from sidecar.config import load_settings
 from sidecar.scripted import ScriptedModel
+from tests.helpers.redis_server import run_redis_server
+
+# Fixtures shared across directories (the OTLP receiver and traced sidecars).
+pytest_plugins = ["tests.helpers.otlp"]
 
 StartSidecar = Callable[..., Awaitable[Running]]
 
@@ -46,3 +50,10 @@ async def start_sidecar(model: ScriptedModel, tmp_path: Any) -> AsyncIterator[St
 @pytest.fixture
 async def sidecar(start_sidecar: StartSidecar) -> Running:
     return await start_sidecar()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """One real redis-server for the whole run (tests that share it flush what they use)."""
+    with run_redis_server() as url:
+        yield url

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import orjson
 
 from sidecar.dialects.sse import SSEEvent
-from sidecar.model import Frame, Item, Provider, Reply, RequestView, ToolCall, ToolDeclaration
+from sidecar.model import Frame, Item, ItemKind, Provider, Reply, RequestView, ToolCall, ToolDeclaration
 
 # orjson writes at most this many nested arrays/objects; deeper values could be read but never
 # written back (a repair round, a rewritten reply), so `loads` refuses them.
@@ -278,6 +278,21 @@ class Dialect(ABC):
 
     @abstractmethod
     def text_item(self, text: str) -> Item: ...
+
+    def item_text(self, item: Item) -> str:
+        """The text a TEXT item shows (empty for other items)."""
+        text = item.wire.get("text") if item.kind is ItemKind.TEXT else None
+        return text if isinstance(text, str) else ""
+
+    def has_text(self, items: list[Item]) -> bool:
+        return any(self.item_text(item) for item in items)
+
+    def prefix_text(self, item: Item, prefix: str) -> Item:
+        """The TEXT item with `prefix` before its text (a separator), unless it has none."""
+        text = self.item_text(item)
+        if not text or text.startswith(prefix):
+            return item
+        return Item(item.kind, {**item.wire, "text": prefix + text}, item.call)
 
     def add_usage(self, total: dict[str, Any], extra: dict[str, Any]) -> None:
         """Add `extra`'s usage into the envelope `total` (repair rounds are billed too)."""

@@ -147,6 +147,22 @@ class OpenAIResponsesDialect(Dialect):
         }
         return Item(ItemKind.TEXT, wire)
 
+    def item_text(self, item: Item) -> str:
+        """A message item's output text, its parts joined (as the SDK's `output_text`)."""
+        if item.kind is not ItemKind.TEXT:
+            return ""
+        parts = as_list(item.wire.get("content"))
+        return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "output_text")
+
+    def prefix_text(self, item: Item, prefix: str) -> Item:
+        text = self.item_text(item)
+        if not text or text.startswith(prefix):
+            return item
+        parts = [dict(p) if isinstance(p, dict) else p for p in as_list(item.wire.get("content"))]
+        first = next(p for p in parts if isinstance(p, dict) and p.get("type") == "output_text")
+        first["text"] = prefix + str(first.get("text", ""))
+        return Item(item.kind, {**item.wire, "content": parts}, item.call)
+
     def assembler(self) -> StreamAssembler:
         return _ResponsesStream()
 

@@ -1,8 +1,19 @@
-"""Applies verdicts to a model reply: pass, repair round with the model, or block.
+"""Applies verdicts to a model turn: pass, repair round with the model, or block.
 
 The agent receives one ordinary reply containing only allowed calls. A refused call is
 answered to the model (repair round) on the agent's behalf; the calls of the same turn that
 were allowed are answered `not_run` so the model re-issues the whole set together.
+
+What the agent reads after repair rounds is one natural assistant turn (docs/enforcement.md):
+
+- the original reply's items before its first call (its preamble; in a stream the agent
+  already has them) open the turn;
+- from the last round: its calls and the non-text items that go with them (thinking,
+  reasoning); its text is dropped while it still calls tools (it was written in answer to
+  errors the agent never saw, or repeats the preamble), and kept when it no longer does
+  (the model gave up or answered: that text is the turn's answer);
+- sidecar text (a block explanation) is its own item and starts with a blank line when it
+  follows model text, so agents that join text blocks keep the two apart.
 """
 
 from __future__ import annotations
@@ -12,19 +23,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.addons import Addons
 from sidecar.config import Settings
-from sidecar.dialects.base import compact
-from sidecar.exchange.state import CallCheck, Exchange
-from sidecar.guards.base import GuardChain
+from sidecar.exchange.filters import FilterChain, FilterFailed
+from sidecar.exchange.state import Action, CallCheck, Exchange, Plan, RepairOutcome
 from sidecar.model import NOT_RUN_PAYLOAD, ItemKind, Reply, ToolCall
-from sidecar.state.continuations import Continuations
-from sidecar.telemetry.redact import redact_text
 
-log = logging.getLogger("sidecar.exchange.enforce")
+log = logging.getLogger("sidecar.enforce")
 
-# Sends a repair request upstream and returns the parsed reply body.
+# Sends a repair request upstream and returns the parsed reply body (raises RepairFailed).
 RepairSender = Callable[[Exchange, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+SIDECAR_PREFIX = "[sidecar]"
+SEPARATOR = "\n\n"
 
 
 class RepairFailed(Exception):
@@ -33,17 +43,22 @@ class RepairFailed(Exception):
 
 @dataclass(slots=True)
 class Settlement:
+    """The reply the agent gets, and the judged calls of its last turn."""
+
     reply: Reply
     changed: bool  # the agent gets the reply as written back, not the upstream's bytes
     rounds: int = 0
     delivered: list[ToolCall] = field(default_factory=list)
+    checks: list[CallCheck] = field(default_factory=list)
 
 
-def explanation(checks: list[CallCheck]) -> str:
-    lines = ["[sidecar] These tool calls were not run:"]
+def explanation(checks: list[CallCheck], why: str | None = None) -> str:
+    lines = [f"{SIDECAR_PREFIX} These tool calls were not run" + (f" ({why})" if why else "") + ":"]
     for check in checks:
         call = check.call
-        if check.verdict.allowed:
+        if check.action is Action.WITHDRAWN:
+            lines.append(f"- {call.name} ({call.id}): not run because the sidecar could not record it")
+        elif check.verdict.allowed:
             lines.append(f"- {call.name} ({call.id}): not run because another call of this turn was refused")
         else:
             lines.append(f"- {call.name} ({call.id}): {check.verdict.summary()}")
@@ -51,118 +66,148 @@ def explanation(checks: list[CallCheck]) -> str:
 
 
 class Enforcer:
-    def __init__(
-        self,
-        settings: Settings,
-        guards: GuardChain,
-        addons: Addons,
-        send: RepairSender,
-        continuations: Continuations | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, chain: FilterChain, send: RepairSender) -> None:
         self.settings = settings
-        self.guards = guards
-        self.addons = addons
+        self.chain = chain
         self.send = send
-        self.continuations = continuations or Continuations()
 
-    def _plan(self, checks: list[CallCheck]) -> str:
+    def plan(self, checks: list[CallCheck]) -> Plan:
         """pass | repair | block, after observe-mode refusals are let through."""
-        plan = "pass"
+        plan = Plan.PASS
         for check in checks:
             if check.verdict.allowed:
                 continue
             mode = self.settings.mode_for(check.call.name)
             if mode == "observe":
                 check.observed.append(check.verdict)
-                check.action = "observed"
+                check.action = Action.OBSERVED
                 continue
             if mode == "block" or self.settings.enforcement.max_repair_rounds == 0:
-                return "block"
-            plan = "repair"
+                return Plan.BLOCK
+            plan = Plan.REPAIR
         return plan
 
-    async def settle(self, exchange: Exchange, reply: Reply, cut: int | None) -> Settlement:
+    async def settle(self, ex: Exchange, reply: Reply, cut: int | None) -> Settlement:
+        """Judge the reply's calls and apply the verdicts (repair rounds included)."""
         if not reply.calls or cut is None:
             return Settlement(reply, reply.rewritten)
-        checks = await self.guards.check(exchange, reply.calls)
-        plan = self._plan(checks)
-        if plan == "pass":
-            await self.addons.checked(exchange, checks)
-            return Settlement(reply, reply.rewritten, delivered=reply.calls)
-        if plan == "block":
-            final = await self._block(exchange, reply, checks)
-            return Settlement(final, True)
-        return await self._repair(exchange, reply, cut, checks)
+        checks = await self.chain.check(ex, reply.calls)
+        plan = self.plan(checks)
+        if plan is Plan.PASS:
+            await self.chain.checked(ex, checks)
+            return Settlement(reply, reply.rewritten, delivered=reply.calls, checks=checks)
+        if plan is Plan.BLOCK:
+            await self._mark_blocked(ex, checks)
+            return Settlement(self.block(ex, reply, checks), True, checks=checks)
+        return await self._repair(ex, reply, cut, checks)
 
-    async def _repair(self, exchange: Exchange, first: Reply, cut: int, checks: list[CallCheck]) -> Settlement:
-        dialect = exchange.dialect
-        request = exchange.request
+    async def _repair(self, ex: Exchange, first: Reply, cut: int, checks: list[CallCheck]) -> Settlement:
+        dialect = ex.dialect
+        request = ex.request
         current = first
         spent: list[Reply] = []
-        reported = False  # the last checks were already reported (their repair round began)
+        refused_tools: set[str] = set()
         for round_number in range(1, self.settings.enforcement.max_repair_rounds + 1):
             outputs = []
             for check in checks:
-                refused = not check.verdict.allowed and check.action != "observed"
-                check.action = "repair" if refused else "not_run"
+                refused = check.refused
+                check.action = Action.REPAIR if refused else Action.NOT_RUN
+                if refused:
+                    refused_tools.add(check.call.name)
                 outputs.append((check.call, check.verdict.model_payload() if refused else NOT_RUN_PAYLOAD))
-            await self.addons.checked(exchange, checks)
-            reported = True
+            await self.chain.checked(ex, checks)  # each check is reported once, as its round begins
             request = dialect.repair_request(request, current, outputs)
             try:
-                body = await self.send(exchange, request)
+                body = await self.send(ex, request)
             except RepairFailed as exc:
-                log.warning("repair round %d failed upstream: %s", round_number, redact_text(str(exc)))
-                break
-            reported = False
-            exchange.repair_rounds = round_number
+                log.warning("repair round %d failed upstream: %s", round_number, exc)
+                return await self._exhausted(ex, first, cut, current, spent, checks, reported=True)
+            ex.repair_rounds = round_number
             current = dialect.read_reply(body)
-            await self.addons.replied(exchange, current)
+            await self.chain.reply(ex, current)
             spent.append(current)
-            checks = await self.guards.check(exchange, current.calls, round_number)
-            plan = self._plan(checks)
-            if plan == "pass":
-                await self.addons.checked(exchange, checks)
-                await self.addons.repaired(exchange, "corrected")
-                final = self._merge(exchange, first, cut, current, spent)
-                return Settlement(final, True, round_number, current.calls)
-            if plan == "block":
+            if not current.calls:
+                # The model stopped calling tools: its text is the turn's answer.
+                await self.chain.repaired(ex, RepairOutcome.ABANDONED)
+                return Settlement(self._merge(ex, first, cut, current, spent), True, round_number)
+            checks = await self.chain.check(ex, current.calls, round_number)
+            plan = self.plan(checks)
+            if plan is Plan.PASS:
+                await self.chain.checked(ex, checks)
+                reissued = any(call.name in refused_tools for call in current.calls)
+                await self.chain.repaired(ex, RepairOutcome.CORRECTED if reissued else RepairOutcome.ABANDONED)
+                final = self._merge(ex, first, cut, current, spent)
+                return Settlement(final, True, round_number, current.calls, checks)
+            if plan is Plan.BLOCK:
                 break
-        await self.addons.repaired(exchange, "exhausted")
-        blocked = await self._block(exchange, current, checks, report=not reported)
-        final = self._merge(exchange, first, cut, blocked, spent) if spent else blocked
-        return Settlement(final, True, exchange.repair_rounds)
+        return await self._exhausted(ex, first, cut, current, spent, checks, reported=False)
 
-    async def _block(self, exchange: Exchange, reply: Reply, checks: list[CallCheck], report: bool = True) -> Reply:
-        """Remove every call of the turn and say why in text: no half-refused set.
+    async def _exhausted(
+        self,
+        ex: Exchange,
+        first: Reply,
+        cut: int,
+        current: Reply,
+        spent: list[Reply],
+        checks: list[CallCheck],
+        reported: bool,
+    ) -> Settlement:
+        """No round left (or the round failed upstream): the last turn's calls are blocked.
 
-        `report=False`: these checks were reported when their (failed) repair round began;
-        each check reaches the addons once.
+        `reported`: these checks were reported when their (failed) repair round began; each
+        check reaches the filters once.
         """
-        for check in checks:
-            if check.action not in ("observed",):
-                check.action = "blocked" if not check.verdict.allowed else "not_run"
-        if report:
-            await self.addons.checked(exchange, checks)
-        dialect = exchange.dialect
-        items = [item for item in reply.items if item.kind is not ItemKind.CALL]
-        items.append(dialect.text_item(explanation(checks)))
-        blocked = Reply(reply.envelope, items, reply.complete)
-        response_id = dialect.response_id(reply)
-        if dialect.server_side_state and response_id:
-            outputs = {
-                c.call.id: compact(c.verdict.model_payload() if not c.verdict.allowed else NOT_RUN_PAYLOAD)
-                for c in checks
-            }
-            await self.continuations.withhold(response_id, outputs)
-        return blocked
+        await self.chain.repaired(ex, RepairOutcome.EXHAUSTED)
+        if not reported:
+            await self._mark_blocked(ex, checks)
+        else:
+            self._set_blocked(checks)
+        blocked = self.block(ex, current, checks)
+        final = self._merge(ex, first, cut, blocked, spent) if spent else blocked
+        return Settlement(final, True, ex.repair_rounds, checks=checks)
 
     @staticmethod
-    def _merge(exchange: Exchange, first: Reply, cut: int, last: Reply, spent: list[Reply]) -> Reply:
-        """What the agent already got (items before the cut) + the last round, usage summed."""
-        dialect = exchange.dialect
+    def _set_blocked(checks: list[CallCheck]) -> None:
+        for check in checks:
+            if check.action is not Action.OBSERVED:
+                check.action = Action.BLOCKED if not check.verdict.allowed else Action.NOT_RUN
+
+    async def _mark_blocked(self, ex: Exchange, checks: list[CallCheck]) -> None:
+        self._set_blocked(checks)
+        await self.chain.checked(ex, checks)
+
+    def block(self, ex: Exchange, reply: Reply, checks: list[CallCheck], why: str | None = None) -> Reply:
+        """Remove every call of the turn and say why in text: no half-refused set."""
+        dialect = ex.dialect
+        items = [item for item in reply.items if item.kind is not ItemKind.CALL]
+        text = explanation(checks, why)
+        items.append(dialect.text_item(SEPARATOR + text if dialect.has_text(items) else text))
+        return Reply(reply.envelope, items, reply.complete)
+
+    async def withdraw(self, ex: Exchange, settlement: Settlement, failure: FilterFailed) -> Settlement:
+        """The delivery could not be committed (a critical filter failed in `on_deliver`):
+        nothing of the turn reaches the agent; it is told why (fail closed)."""
+        for check in settlement.checks:
+            if check.action in (Action.ALLOWED, Action.OBSERVED):
+                check.action = Action.WITHDRAWN
+        await self.chain.checked(ex, settlement.checks)
+        why = f"the sidecar could not record them: {failure.filter_name} failed"
+        blocked = self.block(ex, settlement.reply, settlement.checks, why)
+        return Settlement(blocked, True, settlement.rounds, [], settlement.checks)
+
+    @staticmethod
+    def _merge(ex: Exchange, first: Reply, cut: int, last: Reply, spent: list[Reply]) -> Reply:
+        """One assistant turn: the original preamble, then the last round (see the module
+        docstring), usage summed over every round."""
+        dialect = ex.dialect
         envelope = dialect.merge_envelopes(first.envelope, last.envelope)
         if "usage" in envelope:
             for extra in spent:
                 dialect.add_usage(envelope, extra.envelope)
-        return Reply(envelope, first.items[:cut] + last.items, last.complete)
+        opening = first.items[:cut]
+        tail = last.items
+        if any(item.kind is ItemKind.CALL for item in tail):
+            tail = [item for item in tail if item.kind is not ItemKind.TEXT]
+        elif dialect.has_text(opening):
+            tail = [dialect.prefix_text(item, SEPARATOR) if item.kind is ItemKind.TEXT else item for item in tail]
+        return Reply(envelope, opening + tail, last.complete)

@@ -1,16 +1,105 @@
-"""Per-request context shared by guards, enforcement and addons."""
+"""Everything known about one exchange while it runs, typed.
+
+An exchange is one agent request to a parsed endpoint and everything done on its behalf:
+the upstream request, the repair rounds, the delivery. Filters keep what they learn about it
+here: the fields every filter shares are attributes of `Exchange`; what only one filter needs
+lives in a slot of its own, declared by that filter as an `ExchangeKey` (the way aiohttp's
+`AppKey` types application state), so adding a concern never edits this module.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, Generic, TypeVar, cast
 
+import orjson
 from multidict import CIMultiDict
 from yarl import URL
 
 from sidecar.dialects.base import Dialect
 from sidecar.model import Provider, RequestView, ToolCall, Verdict
+
+T = TypeVar("T")
+
+
+class ExchangeKey(Generic[T]):
+    """A typed slot for one filter's per-exchange state (compared by identity)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"ExchangeKey({self.name!r})"
+
+
+class Action(StrEnum):
+    """What was done with one checked call."""
+
+    ALLOWED = "allowed"  # reaches the agent
+    OBSERVED = "observed"  # refused by a guard in observe mode, delivered anyway
+    REPAIR = "repair"  # refused: answered to the model in a repair round
+    NOT_RUN = "not_run"  # allowed, but another call of its turn was refused: re-issued together
+    BLOCKED = "blocked"  # refused: removed from the reply and explained (no repair left)
+    WITHDRAWN = "withdrawn"  # allowed, but could not be committed to the ledger: removed (fail closed)
+
+
+class Plan(StrEnum):
+    """What enforcement does with a judged turn."""
+
+    PASS = "pass"  # every call reaches the agent (observe-mode refusals included)
+    REPAIR = "repair"  # refused calls are answered to the model, which tries again
+    BLOCK = "block"  # the turn's calls are removed and explained
+
+
+class RepairOutcome(StrEnum):
+    """How a sequence of repair rounds ended (`sidecar_repair_rounds_total{outcome}`)."""
+
+    CORRECTED = "corrected"  # a refused call was re-issued and passed
+    ABANDONED = "abandoned"  # the model stopped calling tools
+    EXHAUSTED = "exhausted"  # still refused after the last round (or the round failed): blocked
+
+
+class Outcome(StrEnum):
+    DONE = "done"  # the agent received a complete, checked response
+    FAILED = "failed"  # the agent received an error (provider-shaped) or a cut stream
+
+
+@dataclass(slots=True)
+class End:
+    """How an exchange ended: reported to every filter exactly once (`on_done`)."""
+
+    outcome: Outcome
+    status: int
+    stream: bool
+    overhead_s: float
+    reason: str | None = None  # why it failed, for logs
+
+
+@dataclass(slots=True)
+class ToolResultRecord:
+    """One tool result of the agent's request, matched to the call it answers.
+
+    `outcome` is ok, error or partial (partial counts as `ok` in the ok/error metric: the tool
+    ran and returned). `known`: matched to a delivered call in the ledger. `resent`: the
+    ledger already had this call's result (an agent retrying a request): not counted again.
+    `args`/`args_hash`: the arguments of the call it answers, when the ledger knows them.
+    """
+
+    call_id: str
+    tool: str | None
+    is_error: bool
+    bytes: int
+    latency_s: float | None
+    anomalies: list[str] = field(default_factory=list)
+    outcome: str = "ok"
+    known: bool = False
+    resent: bool = False
+    args_hash: str = ""
 
 
 @dataclass(slots=True)
@@ -22,20 +111,62 @@ class Exchange:
     dialect: Dialect
     session: str
     view: RequestView
-    request: dict[str, Any]
+    request: dict[str, Any]  # the body as it goes upstream (filters may edit it: hidden tools)
     url: URL
     headers: CIMultiDict[str]
+    body: bytes = b""  # the agent's bytes, forwarded as they are while `request` is unchanged
     started: float = field(default_factory=time.perf_counter)
     repair_rounds: int = 0
     upstream_seconds: float = 0.0
     hidden_tools: list[str] = field(default_factory=list)
-    # Free-form per-exchange data for addons (e.g. spans), keyed by addon name.
-    scratch: dict[str, Any] = field(default_factory=dict)
+    results: list[ToolResultRecord] = field(default_factory=list)
+    _slots: dict[ExchangeKey[Any], Any] = field(default_factory=dict, repr=False)
+
+    def get(self, key: ExchangeKey[T]) -> T | None:
+        return cast("T | None", self._slots.get(key))
+
+    def setdefault(self, key: ExchangeKey[T], factory: Callable[[], T]) -> T:
+        if key not in self._slots:
+            self._slots[key] = factory()
+        return cast(T, self._slots[key])
+
+    def put(self, key: ExchangeKey[T], value: T) -> None:
+        self._slots[key] = value
+
+    def pop(self, key: ExchangeKey[T]) -> T | None:
+        return cast("T | None", self._slots.pop(key, None))
+
+    def outgoing(self, original: dict[str, Any]) -> bytes:
+        """The bytes to send upstream: the agent's own unless a filter changed the body."""
+        return self.body if self.request is original else orjson.dumps(self.request)
+
+
+@dataclass(slots=True)
+class ReplayFacts:
+    """What the ledger knows about earlier deliveries of the same call (policy `input.replay`)."""
+
+    count: int = 0
+    first_seen: str | None = None
+
+    def to_input(self) -> dict[str, Any]:
+        return {"count": self.count, "first_seen": self.first_seen}
+
+
+@dataclass(slots=True)
+class ApprovalFacts:
+    """What a human decided about this exact call (policy `input.approval`)."""
+
+    status: str = "none"  # none, pending, approved, denied, expired
+    id: str | None = None
+    approved_by: str | None = None
+
+    def to_input(self) -> dict[str, Any]:
+        return {"status": self.status, "id": self.id, "approved_by": self.approved_by}
 
 
 @dataclass(slots=True)
 class CallCheck:
-    """What the guards learnt about one call; the policy input is built from it."""
+    """What the filters learnt about one call; the policy input is built from it."""
 
     call: ToolCall
     exchange: Exchange
@@ -43,11 +174,16 @@ class CallCheck:
     round: int = 0
     verdict: Verdict = field(default_factory=Verdict.allow)
     validation: Verdict | None = None
-    replay: dict[str, Any] = field(default_factory=lambda: {"count": 0, "first_seen": None})
-    approval: dict[str, Any] = field(default_factory=lambda: {"status": "none", "id": None, "approved_by": None})
-    # Set by the policy guard when a human must approve; the approval guard acts on it.
+    replay: ReplayFacts = field(default_factory=ReplayFacts)
+    approval: ApprovalFacts = field(default_factory=ApprovalFacts)
+    # Set by the policy filter when a human must approve; the approval filter acts on it.
     approval_request: dict[str, Any] | None = None
     policy_reasons: list[str] = field(default_factory=list)
-    # Refusals a guard decided but did not enforce (observe / shadow rollouts).
+    # Refusals a filter decided but did not enforce (observe / shadow rollouts).
     observed: list[Verdict] = field(default_factory=list)
-    action: str = "allowed"
+    action: Action = Action.ALLOWED
+
+    @property
+    def refused(self) -> bool:
+        """Refused and enforced (not merely observed)."""
+        return not self.verdict.allowed and self.action is not Action.OBSERVED

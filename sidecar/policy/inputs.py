@@ -14,15 +14,10 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from sidecar.config import Settings
-from sidecar.exchange.state import Exchange
 
 log = logging.getLogger("sidecar.policy")
 
 INPUT_VERSION = 1
-# Scratch key another addon (session ledger) may fill: (calls_total, calls_by_tool) or
-# {"calls_total": int, "calls_by_tool": {tool: int}}.
-SESSION_COUNTS_KEY = "session_counts"
-_CACHE_KEY = "policy.session_counts"
 
 
 class SessionCounter(Protocol):
@@ -56,42 +51,12 @@ class Clock:
         return self._text
 
 
-def _normalise(counts: Any) -> tuple[int, dict[str, int]] | None:
-    if isinstance(counts, tuple) and len(counts) == 2:
-        return int(counts[0]), dict(counts[1])
-    if isinstance(counts, Mapping):
-        return int(counts.get("calls_total", 0)), dict(counts.get("calls_by_tool") or {})
-    return None
-
-
-async def session_counts(exchange: Exchange, store: SessionCounter | None) -> tuple[int, dict[str, int]]:
-    """(calls_total, calls_by_tool) delivered in this session before this exchange.
-
-    Looked up once per exchange: nothing is delivered while an exchange is being settled,
-    so the parallel calls and repair rounds of one exchange share the lookup. Without a
-    ledger (no state store wired) the counts are zero: per-session limits cannot apply.
-    """
-    scratch = exchange.scratch
-    found = _normalise(scratch.get(SESSION_COUNTS_KEY))
-    if found is not None:
-        return found
-    cached: tuple[int, dict[str, int]] | None = scratch.get(_CACHE_KEY)
-    if cached is not None:
-        return cached
-    counts: tuple[int, dict[str, int]] = (0, {})
-    if store is not None:
-        try:
-            counts = _normalise(await store.session_counts(exchange.session)) or counts
-        except Exception as exc:  # StateUnavailable and friends: decide without the ledger
-            log.warning("session counts unavailable for the policy input: %s", exc)
-    scratch[_CACHE_KEY] = counts
-    return counts
-
-
 def base_input(
-    exchange: Exchange,
     phase: str,
+    provider: str,
+    model: str,
     agent: dict[str, Any],
+    session: str,
     counts: tuple[int, dict[str, int]],
     now: str,
 ) -> dict[str, Any]:
@@ -99,9 +64,9 @@ def base_input(
     return {
         "version": INPUT_VERSION,
         "phase": phase,
-        "provider": exchange.provider.value,
-        "model": exchange.view.model,
+        "provider": provider,
+        "model": model,
         "agent": agent,
-        "session": {"id": exchange.session, "calls_total": counts[0], "calls_by_tool": counts[1]},
+        "session": {"id": session, "calls_total": counts[0], "calls_by_tool": counts[1]},
         "time": now,
     }

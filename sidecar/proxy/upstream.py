@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 
 import aiohttp
 from yarl import URL
 
+from sidecar.exchange.runner import UpstreamCause, UpstreamError
 from sidecar.model import Provider
-
-
-class UpstreamCause(StrEnum):
-    """Why an upstream request failed without an HTTP answer (`sidecar_upstream_errors_total`)."""
-
-    DNS = "dns"  # the upstream's name did not resolve
-    CONNECT = "connect"  # refused or unreachable
-    TLS = "tls"  # handshake or certificate failure
-    TIMEOUT = "timeout"  # connect or read timeout
-    DISCONNECTED = "disconnected"  # the upstream closed the connection before or while answering
-    PROTOCOL = "protocol"  # an answer that is not valid HTTP (or a body that ends badly)
 
 
 def classify(exc: BaseException) -> UpstreamCause:
@@ -37,24 +26,6 @@ def classify(exc: BaseException) -> UpstreamCause:
     return UpstreamCause.CONNECT
 
 
-class UpstreamError(Exception):
-    """The upstream could not be reached or did not answer in time (no HTTP answer to relay)."""
-
-    def __init__(self, status: int, message: str, cause: UpstreamCause = UpstreamCause.CONNECT) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.cause = cause
-
-    @classmethod
-    def from_exception(cls, exc: BaseException, upstream: str) -> UpstreamError:
-        """A provider-shaped status (504 for timeouts, else 502) and a message naming the cause."""
-        cause = classify(exc)
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        status = 504 if cause is UpstreamCause.TIMEOUT else 502
-        return cls(status, f"upstream {upstream} {_PHRASES[cause]} ({detail})", cause)
-
-
 _PHRASES = {
     UpstreamCause.DNS: "could not be resolved",
     UpstreamCause.CONNECT: "is unreachable",
@@ -63,6 +34,14 @@ _PHRASES = {
     UpstreamCause.DISCONNECTED: "closed the connection",
     UpstreamCause.PROTOCOL: "sent an invalid answer",
 }
+
+
+def upstream_error(exc: BaseException, upstream: str) -> UpstreamError:
+    """A provider-shaped status (504 for timeouts, else 502) and a message naming the cause."""
+    cause = classify(exc)
+    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+    status = 504 if cause is UpstreamCause.TIMEOUT else 502
+    return UpstreamError(status, f"upstream {upstream} {_PHRASES[cause]} ({detail})", cause)
 
 
 class Upstreams:
@@ -96,4 +75,4 @@ class Upstreams:
         try:
             return await self._session.request(method, url, headers=headers, data=body or None, allow_redirects=False)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise UpstreamError.from_exception(exc, str(url.origin())) from exc
+            raise upstream_error(exc, str(url.origin())) from exc

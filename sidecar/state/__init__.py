@@ -6,6 +6,8 @@ Redis (shared by replicas). See `base` for the semantics every backend implement
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sidecar.config import StateSettings
 from sidecar.state.base import (
     Approval,
@@ -20,6 +22,7 @@ from sidecar.state.base import (
     StateUnavailable,
     may_proceed_without_state,
 )
+from sidecar.state.guarded import GuardedStore
 from sidecar.state.memory import MemoryStore
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "CallRecord",
     "Clock",
     "Decision",
+    "GuardedStore",
     "Limits",
     "MemoryStore",
     "StateStore",
@@ -39,15 +43,21 @@ __all__ = [
 ]
 
 
-def build_store(settings: StateSettings, limits: Limits | None = None) -> StateStore:
-    """The backend `settings.backend` names; imports SQLite/Redis code only when used."""
+def build_store(
+    settings: StateSettings, limits: Limits | None = None, on_error: Callable[[str], None] | None = None
+) -> GuardedStore:
+    """The backend `settings.backend` names, behind the guard that turns every backend error
+    into StateUnavailable (see `guarded`); imports SQLite/Redis code only when used."""
     limits = limits or Limits.from_settings(settings)
+    backend: StateStore
     if settings.backend == "sqlite":
         from sidecar.state.sqlite import SQLiteStore
 
-        return SQLiteStore(settings.sqlite_path, limits)
-    if settings.backend == "redis":
+        backend = SQLiteStore(settings.sqlite_path, limits)
+    elif settings.backend == "redis":
         from sidecar.state.redis import RedisStore
 
-        return RedisStore(settings.redis_url, limits)
-    return MemoryStore(limits)
+        backend = RedisStore(settings.redis_url, limits)
+    else:
+        backend = MemoryStore(limits)
+    return GuardedStore(backend, on_error)

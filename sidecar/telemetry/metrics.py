@@ -90,7 +90,7 @@ DECISIONS = ("allow", "deny", "approval", "error")
 OUTCOMES = frozenset({"ok", "error"})
 REPLAY_ACTIONS = frozenset({"allowed", "answered"})
 APPROVAL_OUTCOMES = ("approved", "denied", "expired")
-REPAIR_OUTCOMES = ("corrected", "exhausted")
+REPAIR_OUTCOMES = ("corrected", "abandoned", "exhausted")
 PROVIDERS = frozenset({"anthropic", "openai"})
 # Why a request or reply was refused as a whole (sidecar_requests_refused_total{reason}).
 REFUSAL_REASONS = frozenset(
@@ -337,6 +337,12 @@ class Metrics:
             ["provider", "path_class"],
             registry=r,
         )
+        self.filter_errors = Counter(
+            "sidecar_filter_errors",
+            "Filters that raised, by filter and hook; critical ones made the exchange fail closed.",
+            ["filter", "hook", "critical"],
+            registry=r,
+        )
         self.build = Info("sidecar_build", "Sidecar version.", registry=r)
         self.build.info({"version": version or __version__})
         # process_cpu_seconds_total, process_resident_memory_bytes, ... on this registry too.
@@ -424,7 +430,7 @@ class Metrics:
             self._tool_stats(label).replays += 1
 
     def repair_round(self, outcome: str, tools: Iterable[str] = ()) -> None:
-        """A repair round ended. outcome: corrected or exhausted; tools: the refused calls'."""
+        """A repair sequence ended. outcome: corrected, abandoned or exhausted; tools: the refused calls'."""
         outcome_label = _bounded(outcome, REPAIR_OUTCOMES)
         self._child(self.repair_rounds, outcome_label).inc()
         with self._lock:
@@ -468,6 +474,10 @@ class Metrics:
     def policy_staleness(self, seconds: Callable[[], float]) -> None:
         """Report how long the policy in force has been behind its source, read at scrape time."""
         self.policy_stale.set_function(seconds)
+
+    def filter_error(self, name: str, hook: str, critical: bool) -> None:
+        """A filter raised. Names and hooks come from code (a fixed, small set)."""
+        self._child(self.filter_errors, name[:64], hook[:32], "true" if critical else "false").inc()
 
     def request_refused(self, reason: str) -> None:
         """A request or reply refused as a whole. reason: one of REFUSAL_REASONS."""

@@ -47,7 +47,9 @@ async def test_model_corrects_itself_in_round_one(model, sidecar, kind, stream, 
     received = await agent.ask(stream)
 
     assert received.calls == [("support_tickets_search", {"query": "refund", "limit": 10})]
-    assert "Searching." in received.text and "Fixed." in received.text
+    # One natural turn: the preamble the agent was given, then the corrected call; the text
+    # the model wrote in answer to an error the agent never saw ("Fixed.") is not shown.
+    assert received.text == "Searching."
     if kind == "anthropic":
         assert received.stop == "tool_use"
     if kind == "chat":

@@ -11,14 +11,13 @@ from yarl import URL
 
 from sidecar.config import load_settings
 from sidecar.dialects import ANTHROPIC
-from sidecar.exchange.state import CallCheck, Exchange
-from sidecar.guards.base import GuardChain
-from sidecar.guards.policy import PolicyGuard
-from sidecar.guards.results import ToolResultRecord
+from sidecar.exchange.filters import FilterChain
+from sidecar.exchange.state import CallCheck, Exchange, ToolResultRecord
+from sidecar.filters.policy import SESSION_COUNTS, PolicyFilter
+from sidecar.filters.result_policy import ResultPolicy
 from sidecar.model import FieldError, Provider, RequestView, ToolCall, ToolDeclaration, Verdict, VerdictKind
 from sidecar.policy import build_engine
 from sidecar.policy.inputs import agent_identity
-from sidecar.policy.results import ResultPolicy
 from sidecar.telemetry.metrics import Metrics
 from tests.policy_e2e.conftest import POLICIES
 
@@ -30,11 +29,11 @@ def _exchange(*tools: str) -> Exchange:
     return Exchange("x1", Provider.ANTHROPIC, ANTHROPIC, "sess-1", view, {}, URL("http://u"), CIMultiDict())
 
 
-def _setup(**settings: Any) -> tuple[PolicyGuard, Metrics]:
+def _setup(**settings: Any) -> tuple[PolicyFilter, Metrics]:
     flags = {"policies": str(POLICIES), "agent_id": "agent-7", "agent_labels": {"team": "support"}, **settings}
     config = load_settings(flags=flags, environ={})
     metrics = Metrics()
-    return PolicyGuard(config, build_engine(config.policy, config.policies), metrics), metrics
+    return PolicyFilter(config, build_engine(config.policy, config.policies), metrics), metrics
 
 
 class Ledger:
@@ -99,7 +98,7 @@ async def test_session_limit_counts_the_ledger_and_earlier_calls_of_the_turn() -
     guard.state = ledger
     exchange = _exchange("payments_refund")
     calls = [ToolCall(f"c{i}", "payments_refund", {"amount": 10}, "", index=i) for i in range(3)]
-    checks = await GuardChain([guard]).check(exchange, calls)
+    checks = await FilterChain([guard]).check(exchange, calls)
 
     assert [c.verdict.kind for c in checks] == [VerdictKind.ALLOW, VerdictKind.ALLOW, VerdictKind.DENY]
     assert checks[2].verdict.model_payload() == {
@@ -108,10 +107,10 @@ async def test_session_limit_counts_the_ledger_and_earlier_calls_of_the_turn() -
         "retryable": False,
     }
     assert ledger.asked == 1  # one lookup per exchange
-    # Another addon's counts win over the ledger.
+    # Counts already known for the exchange win over the ledger.
     fresh = _exchange("payments_refund")
-    fresh.scratch["session_counts"] = {"calls_total": 9, "calls_by_tool": {"payments_refund": 5}}
-    [check] = await GuardChain([guard]).check(fresh, calls[:1])
+    fresh.put(SESSION_COUNTS, (9, {"payments_refund": 5}))
+    [check] = await FilterChain([guard]).check(fresh, calls[:1])
     assert check.verdict.kind is VerdictKind.DENY and ledger.asked == 1
 
 
@@ -119,7 +118,7 @@ async def test_approval_verdict_carries_the_request() -> None:
     guard, metrics = _setup()
     exchange = _exchange("payments_refund")
     call = ToolCall("c1", "payments_refund", {"amount": 500}, "")
-    [check] = await GuardChain([guard]).check(exchange, [call])
+    [check] = await FilterChain([guard]).check(exchange, [call])
 
     assert check.verdict.kind is VerdictKind.APPROVAL
     assert check.approval_request == {"group": "finance-approvers", "ttl_s": 900}
@@ -133,22 +132,19 @@ async def test_result_decisions_from_matched_records() -> None:
     metrics = Metrics()
     results = ResultPolicy(config, build_engine(config.policy, config.policies), metrics)
     exchange = _exchange("support_tickets_search")
-    exchange.scratch["tool_results"] = [
+    records = [
         ToolResultRecord("r1", "support_tickets_search", False, 10, 0.2, []),
         ToolResultRecord("r2", "support_tickets_search", False, 100_000, 0.2, []),
         ToolResultRecord("r3", "support_tickets_search", False, 10, 0.2, ["secret_in_result"]),
-        {
-            "call_id": "r4",
-            "tool": "crm_export",
-            "is_error": True,
-            "bytes": 5,
-            "latency_s": None,
-            "anomalies": ["unknown_call"],
-        },
+        ToolResultRecord("r4", "crm_export", True, 5, None, ["unknown_call"]),
         ToolResultRecord("r5", "support_tickets_search", False, 10, 0.2, ["secret_in_result"], resent=True),
     ]
-    await results.request(exchange)
-    decided = await results.upstream(exchange, 200, 0.1) or exchange.scratch["policy.result_decisions"]
+    decided = {}
+    for record in records:
+        decision = await results.evaluate(exchange, record)
+        if decision is not None:
+            decided[record.call_id] = decision
+        assert await results.evaluate(exchange, record) is decision  # each result is decided once
 
     assert {k: (d.allow, d.reasons) for k, d in decided.items()} == {
         "r1": (True, []),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +12,10 @@ import redis
 from sidecar.state import Limits, MemoryStore, StateStore
 from sidecar.state.redis import RedisStore
 from sidecar.state.sqlite import SQLiteStore
-from tests.helpers.redis_server import run_redis_server
 
 BACKENDS = ["memory", "sqlite", "redis"]
 
 MakeStore = Callable[..., Awaitable[StateStore]]
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    with run_redis_server() as url:
-        yield url
 
 
 @pytest.fixture

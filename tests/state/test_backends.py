@@ -170,7 +170,7 @@ async def test_build_store(backend: str, kind: type, tmp_path: Path) -> None:
         max_result_bytes=9,
     )
     store = build_store(settings)
-    assert isinstance(store, kind) and store.name == backend
+    assert isinstance(store.backend, kind) and store.name == backend  # behind the guard
     assert store.limits == Limits(60, 7, 70, 9)
     await store.close()
 

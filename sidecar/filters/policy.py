@@ -1,32 +1,73 @@
-"""The policy guard: every tool call is decided by Rego (phase `tool_call`).
+"""The policy filter: every tool call is decided by Rego (phase `tool_call`).
 
-Runs after the argument lockdown and the replay guard (their findings are part of the
-input) and before the approval guard, which resolves the APPROVAL verdicts produced here.
+Runs after argument lockdown and the replay lookup (their findings are part of the input) and
+before the approval filter, which resolves the APPROVAL verdicts produced here. The pieces all
+three policy phases share (engine, session counts, agent identity, time) are in `PolicyPhase`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.config import Settings
-from sidecar.exchange.state import CallCheck
-from sidecar.guards.base import Guard
+from sidecar.exchange.filters import Filter
+from sidecar.exchange.state import CallCheck, Exchange, ExchangeKey
 from sidecar.model import Verdict, VerdictKind
 from sidecar.policy import Decision, PolicyEngine, apply_mode
 from sidecar.policy.engine import error_decision
-from sidecar.policy.inputs import Clock, SessionCounter, agent_identity, base_input, session_counts
+from sidecar.policy.inputs import Clock, SessionCounter, agent_identity, base_input
+from sidecar.state import StateUnavailable
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.policy")
 
-_TURN_KEY = "policy.turn"
+Counts = tuple[int, dict[str, int]]
+# (calls_total, calls_by_tool) of the session before this exchange; looked up once per
+# exchange (nothing is delivered while it is settled), or set by a test.
+SESSION_COUNTS: ExchangeKey[Counts] = ExchangeKey("policy.session_counts")
+
+
+class PolicyPhase(Filter):
+    """What every policy filter needs: the engine, metrics, session counts, agent, time."""
+
+    def __init__(
+        self, settings: Settings, engine: PolicyEngine, metrics: Metrics, state: SessionCounter | None = None
+    ) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.state = state
+        self.mode = settings.policy.mode
+        self.on_error = settings.policy.on_error
+        self.agent = agent_identity(settings)
+        self.clock = Clock()
+
+    async def session_counts(self, ex: Exchange) -> Counts:
+        """Without a ledger (none wired, or unavailable) the counts are zero: per-session
+        limits cannot apply (the replay filter refuses side-effecting calls meanwhile)."""
+        cached = ex.get(SESSION_COUNTS)
+        if cached is not None:
+            return cached
+        counts: Counts = (0, {})
+        if self.state is not None:
+            try:
+                total, by_tool = await self.state.session_counts(ex.session)
+                counts = (int(total), dict(by_tool))
+            except StateUnavailable as exc:
+                log.warning("session counts unavailable for the policy input: %s", exc)
+        ex.put(SESSION_COUNTS, counts)
+        return counts
+
+    def input_base(self, ex: Exchange, phase: str, counts: Counts) -> dict[str, Any]:
+        provider = ex.provider.value
+        return base_input(phase, provider, ex.view.model, self.agent, ex.session, counts, self.clock.now())
 
 
 def verdict_for(decision: Decision) -> Verdict | None:
-    """allow → None; require_approval → APPROVAL (the approval guard takes it from there);
+    """allow → None; require_approval → APPROVAL (the approval filter takes it from there);
     any other refusal → DENY. The reasons are what the model reads in the repair round."""
     if decision.allow:
         return None
@@ -44,26 +85,26 @@ def verdict_for(decision: Decision) -> Verdict | None:
     )
 
 
-class PolicyGuard(Guard):
-    """Builds the contract input for a call, asks the engine, applies the rollout mode."""
+@dataclass(slots=True)
+class _Tally:
+    """Calls of the current turn the policy let through, by tool (see `PolicyFilter.input_for`)."""
+
+    round: int = -1
+    by_tool: dict[str, int] = field(default_factory=dict)
+
+
+_TALLY: ExchangeKey[_Tally] = ExchangeKey("policy.turn")
+
+
+class PolicyFilter(PolicyPhase):
+    """Builds the contract input for a call, asks the engine, applies the rollout mode.
+
+    Critical: an engine error is decided by `policy.on_error` inside the engine; anything else
+    that fails here refuses the call.
+    """
 
     name = "policy"
-
-    def __init__(
-        self,
-        settings: Settings,
-        engine: PolicyEngine,
-        metrics: Metrics,
-        state: SessionCounter | None = None,
-    ) -> None:
-        self.engine = engine
-        self.metrics = metrics
-        # Hook for the session ledger: anything with `async session_counts(session)`.
-        self.state = state
-        self.mode = settings.policy.mode
-        self.on_error = settings.policy.on_error
-        self.agent = agent_identity(settings)
-        self.clock = Clock()
+    critical = True
 
     async def on_call(self, check: CallCheck) -> Verdict | None:
         if self.mode == "off":
@@ -98,20 +139,20 @@ class PolicyGuard(Guard):
 
     async def input_for(self, check: CallCheck) -> dict[str, Any]:
         """The `tool_call` input document (contract version 1) for one call."""
-        exchange = check.exchange
+        ex = check.exchange
         call = check.call
-        total, by_tool = await session_counts(exchange, self.state)
-        turn = exchange.scratch.get(_TURN_KEY)
-        if turn is not None and turn[0] == check.round and call.index > 0 and turn[1]:
+        total, by_tool = await self.session_counts(ex)
+        tally = ex.get(_TALLY)
+        if tally is not None and tally.round == check.round and call.index > 0 and tally.by_tool:
             # Earlier calls of this same turn that the policy let through count as made
             # before this one: six parallel refunds must not slip past a limit of five.
             by_tool = dict(by_tool)
-            for tool, n in turn[1].items():
+            for tool, n in tally.by_tool.items():
                 by_tool[tool] = by_tool.get(tool, 0) + n
-            total += sum(turn[1].values())
-        declaration = exchange.view.declarations.get(call.name)
+            total += sum(tally.by_tool.values())
+        declaration = ex.view.declarations.get(call.name)
         validation = check.validation
-        document = base_input(exchange, "tool_call", self.agent, (total, by_tool), self.clock.now())
+        document = self.input_base(ex, "tool_call", (total, by_tool))
         document["tool"] = {
             "name": call.name,
             "declared": declaration is not None,
@@ -129,27 +170,24 @@ class PolicyGuard(Guard):
             if validation is None or validation.allowed
             else {"valid": False, "errors": [e.to_json() for e in validation.errors]}
         )
-        document["replay"] = check.replay
-        document["approval"] = check.approval
+        document["replay"] = check.replay.to_input()
+        document["approval"] = check.approval.to_input()
         return document
 
     def _tally(self, check: CallCheck) -> None:
         """Remember an allowed call for the later calls of the same turn (see input_for)."""
-        key = check.round
-        scratch = check.exchange.scratch
-        turn: tuple[int, dict[str, int]] | None = scratch.get(_TURN_KEY)
-        if turn is None or turn[0] != key or check.call.index == 0:
-            turn = (key, {})
-            scratch[_TURN_KEY] = turn
-        turn[1][check.call.name] = turn[1].get(check.call.name, 0) + 1
+        tally = check.exchange.setdefault(_TALLY, _Tally)
+        if tally.round != check.round or check.call.index == 0:
+            tally.round, tally.by_tool = check.round, {}
+        tally.by_tool[check.call.name] = tally.by_tool.get(check.call.name, 0) + 1
 
     def _log(self, check: CallCheck, decision: Decision, action: str) -> None:
-        exchange = check.exchange
+        ex = check.exchange
         log_event(
             "policy_decision",
             level=logging.WARNING if decision.error is not None else logging.INFO,
             log=log,
-            session=exchange.session,
+            session=ex.session,
             tool=check.call.name,
             call_id=check.call.id,
             decision=decision.outcome,

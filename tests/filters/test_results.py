@@ -5,11 +5,13 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from sidecar.guards.results import ToolResultRecord, json_status, outcome_of, result_text
+from sidecar.exchange.state import ToolResultRecord
+from sidecar.filters.results import json_status, outcome_of, result_text
 from sidecar.model import ToolResult
 from sidecar.scripted import ToolCallSpec, Turn
 from tests.e2e.agents import AGENTS
-from tests.replay.conftest import TOOLS, TRAITS, Capture, sample, scrape
+from tests.helpers.ledger import TOOLS, TRAITS, Capture
+from tests.helpers.metrics import scrape
 
 SEARCH = ToolCallSpec("support_tickets_search", {"query": "refund"})
 SESSION = {"X-Sidecar-Session": "results-e2e"}
@@ -18,7 +20,7 @@ SESSION = {"X-Sidecar-Session": "results-e2e"}
 async def _one_result(start_sidecar, model, kind: str, content: str, is_error: bool = False):
     sidecar = await start_sidecar(tools=TRAITS)
     capture = Capture()
-    sidecar.sidecar.addons.add(capture)
+    sidecar.sidecar.add_filter(capture)
     agent = AGENTS[kind](sidecar.proxy_url, TOOLS, SESSION)
     model.add_turns([Turn(tool_calls=[SEARCH]), Turn(text="Done.")])
     first = await agent.ask(False)
@@ -43,9 +45,9 @@ async def test_ok_result_gives_latency_and_outcome(start_sidecar, model, kind):
         len(content),
     )
     assert record.known and record.anomalies == [] and record.latency_s is not None and record.latency_s >= 0
-    samples = await scrape(sidecar.admin_url)
-    assert sample(samples, "sidecar_tool_results_total", tool="support_tickets_search", outcome="ok") == 1
-    assert sample(samples, "sidecar_tool_call_duration_seconds_count", tool="support_tickets_search", outcome="ok") == 1
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_tool_results_total", tool="support_tickets_search", outcome="ok") == 1
+    assert m.value("sidecar_tool_call_duration_seconds_count", tool="support_tickets_search", outcome="ok") == 1
     # Remembered for replays.
     remembered = await sidecar.sidecar.state.get_call("results-e2e", call_id)
     assert remembered is not None and remembered.result == content and remembered.result_is_error is False
@@ -54,27 +56,25 @@ async def test_ok_result_gives_latency_and_outcome(start_sidecar, model, kind):
 async def test_is_error_result_counts_as_error(start_sidecar, model):
     sidecar, capture, _ = await _one_result(start_sidecar, model, "anthropic", "database timeout", is_error=True)
     assert capture.results[0].is_error
-    samples = await scrape(sidecar.admin_url)
-    assert sample(samples, "sidecar_tool_results_total", tool="support_tickets_search", outcome="error") == 1
-    assert (
-        sample(samples, "sidecar_tool_call_duration_seconds_count", tool="support_tickets_search", outcome="error") == 1
-    )
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_tool_results_total", tool="support_tickets_search", outcome="error") == 1
+    assert m.value("sidecar_tool_call_duration_seconds_count", tool="support_tickets_search", outcome="error") == 1
 
 
 @pytest.mark.parametrize("kind", ["chat", "responses"])
 async def test_json_failed_status_counts_as_error(start_sidecar, model, kind):
     sidecar, capture, _ = await _one_result(start_sidecar, model, kind, '{"status": "failed", "reason": "x"}')
     assert capture.results[0].outcome == "error"
-    samples = await scrape(sidecar.admin_url)
-    assert sample(samples, "sidecar_tool_results_total", tool="support_tickets_search", outcome="error") == 1
-    assert sample(samples, "sidecar_tool_results_total", tool="support_tickets_search", outcome="ok") == 0
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_tool_results_total", tool="support_tickets_search", outcome="error") == 1
+    assert m.value("sidecar_tool_results_total", tool="support_tickets_search", outcome="ok", default=0.0) == 0
 
 
 async def test_anomalies_are_counted_and_kept_for_policy(start_sidecar, model):
     """Raw Chat request: a duplicate result, a result for an unknown id, a wrong tool name."""
     sidecar = await start_sidecar(tools=TRAITS)
     capture = Capture()
-    sidecar.sidecar.addons.add(capture)
+    sidecar.sidecar.add_filter(capture)
     model.add_turns([Turn(text="ok")] * 2)
     tools = [{"type": "function", "function": {"name": n, "parameters": s}} for n, s in TOOLS.items()]
     call = {
@@ -100,12 +100,15 @@ async def test_anomalies_are_counted_and_kept_for_policy(start_sidecar, model):
     kinds = [record.anomalies for record in capture.results]
     assert kinds == [["tool_name_mismatch"], ["duplicate_result"], ["unknown_call"]]
     assert [r.known for r in capture.results] == [False, False, False]  # no delivery in this process
-    samples = await scrape(sidecar.admin_url)
+    m = await scrape(sidecar.admin_url)
     for kind in ("tool_name_mismatch", "duplicate_result", "unknown_call"):
-        assert sample(samples, "sidecar_tool_result_anomalies_total", kind=kind) == 1
+        assert m.value("sidecar_tool_result_anomalies_total", kind=kind) == 1
     # Unknown to the ledger (e.g. after a restart): counted, without a latency.
-    assert sample(samples, "sidecar_tool_results_total", tool="support_tickets_search", outcome="ok") == 1
-    assert sample(samples, "sidecar_tool_call_duration_seconds_count", tool="support_tickets_search", outcome="ok") == 0
+    assert m.value("sidecar_tool_results_total", tool="support_tickets_search", outcome="ok") == 1
+    duration = m.value(
+        "sidecar_tool_call_duration_seconds_count", tool="support_tickets_search", outcome="ok", default=0.0
+    )
+    assert duration == 0
 
 
 async def test_call_id_reused_with_other_arguments(start_sidecar, model):
@@ -120,8 +123,8 @@ async def test_call_id_reused_with_other_arguments(start_sidecar, model):
     first = await agent.ask(False)
     agent.answer({first.call_ids[0]: "[]"})
     await agent.ask(False)
-    samples = await scrape(sidecar.admin_url)
-    assert sample(samples, "sidecar_tool_result_anomalies_total", kind="call_id_reused") == 1
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_tool_result_anomalies_total", kind="call_id_reused") == 1
 
 
 async def test_resent_result_is_not_counted_twice(start_sidecar, model):
@@ -135,8 +138,8 @@ async def test_resent_result_is_not_counted_twice(start_sidecar, model):
         await r.read()
     [again] = capture.results[records_before:]
     assert again.resent and again.call_id == call_id and again.anomalies == []
-    samples = await scrape(sidecar.admin_url)
-    assert sample(samples, "sidecar_tool_results_total", tool="support_tickets_search", outcome="ok") == 1
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_tool_results_total", tool="support_tickets_search", outcome="ok") == 1
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.robustness.conftest import ENDPOINTS, assert_clean_log, assert_provider_error, post
-from tests.robustness.strategies import JSON, WIRE_JSON, mutated
+from tests.helpers.raw import ENDPOINTS, assert_clean_log, assert_provider_error, post
+from tests.helpers.strategies import JSON, WIRE_JSON, mutated
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 VALID: dict[str, dict[str, Any]] = {

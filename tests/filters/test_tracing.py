@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
+from sidecar.filters.tracing import DURATION_BUCKETS, TOOL_DURATION_METRIC
 from sidecar.model import canonical_json, sha256_hex
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
-from sidecar.telemetry.tracing import DURATION_BUCKETS, TOOL_DURATION_METRIC
 from tests.e2e.agents import AGENTS
-from tests.observability.conftest import OtlpReceiver, StartTraced
+from tests.helpers.otlp import OtlpReceiver, StartTraced
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN = "00f067aa0ba902b7"
@@ -278,7 +278,7 @@ async def test_otlp_http_export_of_spans_and_tool_duration(
 
 async def test_tracing_off_installs_nothing(model: ScriptedModel, sidecar: Any) -> None:
     assert sidecar.sidecar.tracing is None
-    assert "tracing" not in [a.name for a in sidecar.sidecar.addons.addons]
+    assert "tracing" not in sidecar.sidecar.chain.names()
     model.add_turns([Turn(text="hi")])
     agent = AGENTS["anthropic"](sidecar.proxy_url, TOOLS, headers={"traceparent": TRACEPARENT})
     await agent.ask(stream=False)

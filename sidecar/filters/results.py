@@ -6,63 +6,42 @@ call reached the agent, so the request's arrival gives the tool's latency; the r
 remembered there, so a later replay of the call can be answered from it.
 
 A result the ledger does not know (after a restart, an expired entry, a replica with memory
-state) is counted without a latency: that is not an error. Structural oddities are counted
-as anomalies and kept on the exchange (`exchange.scratch["tool_results"]`) for the policy's
-`tool_result` phase.
+state) has no latency: that is not an error. Structural oddities are anomalies. The records go
+on the exchange (`ex.results`): every filter then hears each one (`on_result`: metrics,
+traces, the policy's `tool_result` phase). Best-effort: a result the ledger cannot remember
+weakens a later replay answer (no result to quote), never a guarantee.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from sidecar.addons import Addon
 from sidecar.dialects.base import compact
-from sidecar.exchange.state import Exchange
+from sidecar.exchange.filters import Filter
+from sidecar.exchange.state import Exchange, ToolResultRecord
+from sidecar.filters.replay import CALL_ID_REUSED
 from sidecar.model import ToolResult
 from sidecar.state import StateStore, StateUnavailable
-from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.results")
-
-SCRATCH_KEY = "tool_results"
 
 # Anomaly kinds (the `kind` label of sidecar_tool_result_anomalies_total).
 UNKNOWN_CALL = "unknown_call"  # answers no call the model made in this conversation
 DUPLICATE_RESULT = "duplicate_result"  # a second result for the same call in one request
 TOOL_NAME_MISMATCH = "tool_name_mismatch"  # the result names another tool than its call
-CALL_ID_REUSED = "call_id_reused"  # the model delivered a known call id with other arguments
+__all__ = ["CALL_ID_REUSED", "DUPLICATE_RESULT", "TOOL_NAME_MISMATCH", "UNKNOWN_CALL", "ResultMatcher"]
 
 # A result whose JSON says one of these is the tool reporting failure, not success.
 ERROR_STATUSES = frozenset({"error", "invalid_arguments", "failed"})
 PARTIAL_STATUSES = frozenset({"partial", "incomplete", "truncated"})
 # Results above this size are not parsed for a status (the cost would be paid on every turn).
 _MAX_STATUS_PARSE = 1024 * 1024
-
-
-@dataclass(slots=True)
-class ToolResultRecord:
-    """One tool result as the policy's `tool_result` phase sees it.
-
-    `outcome` is ok, error or partial (partial counts as `ok` in the ok/error metric: the tool
-    ran and returned). `known`: matched to a delivered call in the ledger. `resent`: the
-    ledger already had this call's result (an agent retrying a request): not counted again.
-    """
-
-    call_id: str
-    tool: str | None
-    is_error: bool
-    bytes: int
-    latency_s: float | None
-    anomalies: list[str] = field(default_factory=list)
-    outcome: str = "ok"
-    known: bool = False
-    resent: bool = False
 
 
 def result_text(content: Any) -> str:
@@ -100,21 +79,16 @@ def outcome_of(result: ToolResult, text: str) -> str:
     return "ok"
 
 
-class ResultMatcher(Addon):
-    """On each agent request: match its tool results, feed metrics, remember results."""
+class ResultMatcher(Filter):
+    """On each agent request: match its tool results to their calls, remember the results."""
 
     name = "results"
 
-    def __init__(self, store: StateStore, metrics: Metrics, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, store: StateStore, clock: Callable[[], float] | None = None) -> None:
         self.store = store
-        self.metrics = metrics
         self.clock = clock or store.limits.clock
 
-    def _state_error(self, exc: StateUnavailable) -> None:
-        self.metrics.state_error(self.store.name)
-        log.warning("state backend unavailable while matching tool results: %s", exc)
-
-    async def request(self, exchange: Exchange) -> None:
+    async def on_request(self, exchange: Exchange) -> None:
         view = exchange.view
         if not view.results:
             return
@@ -127,7 +101,7 @@ class ResultMatcher(Addon):
         seen: set[str] = set()
         for result in view.results:
             records.append(await self._match(exchange, result, echoed, history_complete, seen, arrived))
-        exchange.scratch[SCRATCH_KEY] = records
+        exchange.results = records
 
     async def _match(
         self,
@@ -150,25 +124,17 @@ class ResultMatcher(Addon):
         outcome = outcome_of(result, text)
         call = None
         if not duplicate:
-            try:
+            with contextlib.suppress(StateUnavailable):  # counted by the store; matched by history alone
                 call = await self.store.get_call(exchange.session, result.call_id)
-            except StateUnavailable as exc:
-                self._state_error(exc)
         tool = call.tool if call is not None else called_as or result.tool_name
         expected = called_as or (call.tool if call is not None else None)
         if result.tool_name and expected and result.tool_name != expected:
             anomalies.append(TOOL_NAME_MISMATCH)
         resent = call is not None and call.result_at is not None
         latency = max(0.0, arrived - call.delivered_at) if call is not None and not resent else None
-        if not duplicate and not resent:
-            self.metrics.tool_result(tool or "", "error" if outcome == "error" else "ok", latency)
-            if call is not None:
-                try:
-                    await self.store.record_result(exchange.session, result.call_id, text, outcome == "error", arrived)
-                except StateUnavailable as exc:
-                    self._state_error(exc)
-        for kind in anomalies:
-            self.metrics.tool_result_anomaly(kind)
+        if not duplicate and not resent and call is not None:
+            with contextlib.suppress(StateUnavailable):  # counted by the store; a replay answer then quotes none
+                await self.store.record_result(exchange.session, result.call_id, text, outcome == "error", arrived)
         return ToolResultRecord(
             call_id=result.call_id,
             tool=tool,
@@ -179,4 +145,5 @@ class ResultMatcher(Addon):
             outcome=outcome,
             known=call is not None,
             resent=resent,
+            args_hash=call.args_hash if call is not None else "",
         )

@@ -15,13 +15,14 @@ import orjson
 import pytest
 
 from sidecar.config import Settings
-from sidecar.guards.replay import ToolTraits
+from sidecar.policy.traits import ToolTraits
 from sidecar.scripted import ToolCallSpec, Turn
 from sidecar.state.continuations import Continuation, Continuations
 from sidecar.state.sqlite import SQLiteStore
 from tests.e2e.agents import AGENTS
+from tests.helpers.ledger import TOOLS, TRAITS
+from tests.helpers.metrics import scrape
 from tests.helpers.ports import free_port
-from tests.replay.conftest import TOOLS, TRAITS, sample, scrape
 
 SEND = ToolCallSpec("support_replies_send", {"ticket_id": "T-9", "body": "Your refund is on its way"})
 SEARCH = ToolCallSpec("support_tickets_search", {"query": "refund"})
@@ -97,10 +98,10 @@ async def test_two_sidecar_processes_share_one_redis(model, redis_url, tmp_path)
             assert told["replayed"] is True
             assert told["original_call_id"] == first.call_ids[0]
             assert told["result"] == '{"status": "sent"}'  # recorded by B, found by B, delivered by A
-        samples = await scrape(admin_b)
-        assert sample(samples, "sidecar_tool_replays_total", tool="support_replies_send", action="answered") == 2
+        m = await scrape(admin_b)
+        assert m.value("sidecar_tool_replays_total", tool="support_replies_send", action="answered") == 2
         assert (
-            sample(samples, "sidecar_tool_call_duration_seconds_count", tool="support_replies_send", outcome="ok") == 2
+            m.value("sidecar_tool_call_duration_seconds_count", tool="support_replies_send", outcome="ok") == 2
         )  # B timed calls A delivered
 
 
@@ -129,13 +130,12 @@ async def test_redis_unreachable_fails_closed_for_side_effects(start_sidecar, mo
     async with aiohttp.ClientSession() as http, http.get(sidecar.admin_url + "/readyz") as r:
         assert r.status == 503
         report = await r.json()
-    assert report["components"]["state"] == {
-        "ok": False,
-        "backend": "redis",
-        "error": "state backend redis is unavailable",
-    }
-    samples = await scrape(sidecar.admin_url)
-    assert sample(samples, "sidecar_state_errors_total", backend="redis") >= 2
+    state = report["components"]["state"]
+    assert state["ok"] is False and state["backend"] == "redis"
+    assert state["error"] == "state backend redis is unavailable"
+    assert state["write_path_ok"] is False and "redis" in state["last_error"]
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_state_errors_total", backend="redis") >= 2
 
 
 async def test_redis_unreachable_fail_open_lets_calls_through(start_sidecar, model, closed_redis_url):

@@ -1,18 +1,22 @@
-"""Declared-tool and argument lockdown guard: the first gate every call passes."""
+"""Declared tool and argument lockdown: the first gate every call passes."""
 
 from __future__ import annotations
 
 from sidecar.config import Settings
+from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import CallCheck
-from sidecar.guards.base import Guard
-from sidecar.lockdown.validator import Lockdown
+from sidecar.lockdown import Lockdown
 from sidecar.model import Verdict
 
 
-class ArgumentsGuard(Guard):
-    """Unknown tools and arguments that do not match the declared schema exactly."""
+class ArgumentsFilter(Filter):
+    """Unknown tools and arguments that do not match the declared schema exactly.
+
+    Critical: a call whose arguments could not be checked is refused, never delivered.
+    """
 
     name = "arguments"
+    critical = True
 
     def __init__(self, settings: Settings, lockdown: Lockdown | None = None) -> None:
         self.settings = settings
@@ -25,4 +29,4 @@ class ArgumentsGuard(Guard):
             call, declarations.get(call.name), self.settings.lockdown_for(call.name), declarations.keys()
         )
         check.validation = verdict
-        return verdict
+        return None if verdict.allowed else verdict

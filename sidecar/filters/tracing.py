@@ -41,9 +41,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from sidecar import __version__
-from sidecar.addons import Addon
 from sidecar.config import TelemetrySettings
-from sidecar.exchange.state import CallCheck, Exchange
+from sidecar.exchange.filters import Filter
+from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, RepairOutcome
 from sidecar.model import Reply, ToolCall, VerdictKind
 
 # Explicit bucket boundaries the GenAI conventions give for durations (seconds).
@@ -68,7 +68,6 @@ MAX_PENDING = 10_000
 ABANDONED = "abandoned"
 
 _propagator = TraceContextTextMapPropagator()
-_SCRATCH = "tracing"
 
 
 def error_type(check: CallCheck) -> str | None:
@@ -132,7 +131,7 @@ def reply_attributes(reply: Reply) -> dict[str, Any]:
 
 
 class _State:
-    """Per-exchange tracing state, kept in `exchange.scratch`."""
+    """Per-exchange tracing state (the exchange's `_TRACE` slot)."""
 
     __slots__ = ("ctx", "errored", "pending_verdicts", "replies", "round", "round_span", "span", "token")
 
@@ -148,8 +147,15 @@ class _State:
         self.pending_verdicts: dict[str, CallCheck] = {}
 
 
-class TracingAddon(Addon):
-    """Spans and the tool duration metric; added to the Sidecar only when OTLP is configured."""
+_TRACE: ExchangeKey[_State] = ExchangeKey("tracing")
+
+
+class TracingFilter(Filter):
+    """Spans and the tool duration metric; in the chain only when OTLP is configured.
+
+    Best-effort, and first in the chain: its span is current while every later filter runs,
+    so their log lines carry its trace and span ids.
+    """
 
     name = "tracing"
 
@@ -219,10 +225,9 @@ class TracingAddon(Addon):
 
     @staticmethod
     def _state(exchange: Exchange) -> _State | None:
-        state = exchange.scratch.get(_SCRATCH)
-        return state if isinstance(state, _State) else None
+        return exchange.get(_TRACE)
 
-    async def replied(self, exchange: Exchange, reply: Reply) -> None:
+    async def on_reply(self, exchange: Exchange, reply: Reply) -> None:
         """The first reply belongs to the request span, later ones to the repair round."""
         state = self._state(exchange)
         if state is None:
@@ -246,7 +251,7 @@ class TracingAddon(Addon):
             "gen_ai.tool.call.id": call.id,
             "gen_ai.tool.type": "function",
             "sidecar.verdict": verdict.kind.value,
-            "sidecar.action": check.action,
+            "sidecar.action": check.action.value,
             "sidecar.repair.round": check.round,
         }
         if verdict.status:
@@ -275,7 +280,7 @@ class TracingAddon(Addon):
 
     # ---------------------------------------------------------------- hooks
 
-    async def request(self, exchange: Exchange) -> None:
+    async def on_request(self, exchange: Exchange) -> None:
         parent = _propagator.extract(_HeaderGetter.carrier(exchange.headers))
         model = exchange.view.model or "unknown"
         attrs: dict[str, Any] = {
@@ -294,12 +299,9 @@ class TracingAddon(Addon):
         ctx = trace.set_span_in_context(span, parent)
         # Current for the rest of the handler, so log lines carry this span's ids.
         token = otel_context.attach(ctx)
-        exchange.scratch[_SCRATCH] = _State(span, ctx, token)
+        exchange.put(_TRACE, _State(span, ctx, token))
         self._inject(exchange, ctx)
         self._match_results(exchange)  # tool spans end inside the request that brings the result
-        task = asyncio.current_task()
-        if task is not None:  # the handler may end on an exception, without `done`
-            task.add_done_callback(lambda _t: self._end_unfinished(exchange))
 
     @staticmethod
     def _inject(exchange: Exchange, ctx: otel_context.Context) -> None:
@@ -329,7 +331,7 @@ class TracingAddon(Addon):
             if self.tool_duration is not None:
                 self.tool_duration.record(seconds, metric_attrs)
 
-    async def checked(self, exchange: Exchange, checks: list[CallCheck]) -> None:
+    async def on_checked(self, exchange: Exchange, checks: list[CallCheck]) -> None:
         state = self._state(exchange)
         if state is None:
             return
@@ -338,7 +340,7 @@ class TracingAddon(Addon):
             state.round_span.end()
             state.round_span = None
         parent_ctx = state.ctx
-        if any(c.action == "repair" for c in checks):
+        if any(c.action is Action.REPAIR for c in checks):
             state.round += 1
             model = exchange.view.model or "unknown"
             state.round_span = self.tracer.start_span(
@@ -350,13 +352,13 @@ class TracingAddon(Addon):
                     "gen_ai.provider.name": exchange.provider.value,
                     "gen_ai.request.model": model,
                     "sidecar.repair.round": state.round,
-                    "sidecar.repair.refused_calls": sum(1 for c in checks if c.action == "repair"),
+                    "sidecar.repair.refused_calls": sum(1 for c in checks if c.action is Action.REPAIR),
                 },
             )
             # The repair request upstream carries the round's context.
             self._inject(exchange, trace.set_span_in_context(state.round_span, state.ctx))
         for check in checks:
-            if check.action in ("allowed", "observed"):
+            if check.action in (Action.ALLOWED, Action.OBSERVED):
                 state.pending_verdicts[check.call.id] = check
                 continue
             # Refused (repair, blocked) or not run: never reaches the agent, an instant span.
@@ -372,7 +374,7 @@ class TracingAddon(Addon):
                 span.set_status(Status(StatusCode.ERROR, check.verdict.summary()[:200]))
             span.end()
 
-    async def delivered(self, exchange: Exchange, calls: list[ToolCall]) -> None:
+    async def on_delivered(self, exchange: Exchange, reply: Reply, calls: list[ToolCall]) -> None:
         state = self._state(exchange)
         if state is None:
             return
@@ -408,15 +410,15 @@ class TracingAddon(Addon):
                 _, (oldest, _, _) = self._pending.popitem(last=False)
                 self._abandon(oldest)
 
-    async def repaired(self, exchange: Exchange, outcome: str) -> None:
+    async def on_repaired(self, exchange: Exchange, outcome: RepairOutcome) -> None:
         state = self._state(exchange)
         if state is None:
             return
-        state.span.set_attribute("sidecar.repair.outcome", outcome)
-        if state.round_span is not None and outcome == "exhausted":
-            state.round_span.set_attribute("sidecar.repair.outcome", outcome)
+        state.span.set_attribute("sidecar.repair.outcome", outcome.value)
+        if state.round_span is not None and outcome is RepairOutcome.EXHAUSTED:
+            state.round_span.set_attribute("sidecar.repair.outcome", outcome.value)
 
-    async def upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
+    async def on_upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
         state = self._state(exchange)
         if state is None:
             return
@@ -429,32 +431,24 @@ class TracingAddon(Addon):
                 target.set_status(Status(StatusCode.ERROR))
                 state.errored = state.errored or target is state.span
 
-    async def done(self, exchange: Exchange, status: int, overhead_s: float, stream: bool) -> None:
-        state = exchange.scratch.pop(_SCRATCH, None)
-        if not isinstance(state, _State):
+    async def on_done(self, exchange: Exchange, end: End) -> None:
+        state = exchange.pop(_TRACE)
+        if state is None:
             return
         if state.round_span is not None:
             state.round_span.end()
         span = state.span
         span.set_attribute("sidecar.repair.rounds", exchange.repair_rounds)
-        span.set_attribute("sidecar.overhead_ms", round(overhead_s * 1000, 3))
-        if status >= 400 and not state.errored:
-            span.set_attribute("error.type", str(status))
+        span.set_attribute("sidecar.overhead_ms", round(end.overhead_s * 1000, 3))
+        if end.status >= 400 and not state.errored:
+            span.set_attribute("error.type", str(end.status))
             span.set_status(Status(StatusCode.ERROR))
+        elif end.reason is not None and not state.errored:
+            span.set_attribute("error.type", "sidecar_incomplete")
+            span.set_status(Status(StatusCode.ERROR, end.reason))
         span.end()
         with contextlib.suppress(Exception):  # a foreign context: nothing to restore
             otel_context.detach(state.token)
-
-    def _end_unfinished(self, exchange: Exchange) -> None:
-        """The handler task ended without `done` (upstream unreachable, client gone)."""
-        state = exchange.scratch.pop(_SCRATCH, None)
-        if not isinstance(state, _State):
-            return
-        if state.round_span is not None:
-            state.round_span.end()
-        state.span.set_attribute("error.type", "sidecar_incomplete")
-        state.span.set_status(Status(StatusCode.ERROR, "the request ended without a response"))
-        state.span.end()
 
 
 class _HeaderGetter:
@@ -473,9 +467,9 @@ def _short_hash(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
-def tracing_from_settings(settings: TelemetrySettings) -> TracingAddon | None:
-    """The tracing addon, or None when no OTLP endpoint is configured (then nothing runs)."""
-    return TracingAddon(settings) if settings.otlp_endpoint else None
+def tracing_from_settings(settings: TelemetrySettings) -> TracingFilter | None:
+    """The tracing filter, or None when no OTLP endpoint is configured (then nothing runs)."""
+    return TracingFilter(settings) if settings.otlp_endpoint else None
 
 
-__all__: Sequence[str] = ("DURATION_BUCKETS", "TOOL_DURATION_METRIC", "TracingAddon", "tracing_from_settings")
+__all__: Sequence[str] = ("DURATION_BUCKETS", "TOOL_DURATION_METRIC", "TracingFilter", "tracing_from_settings")

@@ -15,7 +15,7 @@ from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
 from sidecar.telemetry.logs import LOGGER_NAME, configure_logging
 from tests.e2e.agents import AGENTS
 from tests.e2e.clients import API_KEY_ANTHROPIC, API_KEY_OPENAI
-from tests.observability.conftest import StartTraced
+from tests.helpers.otlp import StartTraced
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 TRACEPARENT = f"00-{TRACE_ID}-b7ad6b7169203331-01"

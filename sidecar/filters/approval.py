@@ -1,11 +1,11 @@
 """Human approval: bind a policy's "needs approval" to the exact call a person reviews.
 
-Two guards around the policy guard (order: arguments → replay → approval lookup → policy →
-approval):
+One filter, two steps around the policy (the chain runs every filter's `look_up` before any
+`on_call`):
 
-- `ApprovalLookup` fills `check.approval` ({status, id, approved_by}) from the store, so the
-  policy can say "approved satisfies the requirement" (`input.approval.status`).
-- `ApprovalGuard` resolves the policy's APPROVAL verdict: creates the approval (defer: tell
+- `look_up` fills `check.approval` (status, id, approved_by) from the store, so the policy can
+  say "approved satisfies the requirement" (`input.approval.status`).
+- `on_call` (after the policy) resolves its APPROVAL verdict: creates the approval (defer: tell
   the model it awaits approval; hold: wait for the decision), reports a denial, or lets an
   approved call through *once* by consuming the approval atomically.
 
@@ -17,56 +17,18 @@ argument) is at best a different call, which no approval covers.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from sidecar.approvals.service import ApprovalService
-from sidecar.exchange.state import CallCheck
-from sidecar.guards.base import Guard
+from sidecar.exchange.filters import Filter
+from sidecar.exchange.state import ApprovalFacts, CallCheck, ExchangeKey
 from sidecar.model import Verdict, VerdictKind
 from sidecar.state import Approval, StateUnavailable
 
 log = logging.getLogger("sidecar.approvals")
 
 DEFAULT_GROUP = "operators"
-# exchange.scratch key: approvals consumed by this exchange, by id → round of their use.
-_RESERVED = "approvals"
-
-
-def _no_approval() -> dict[str, Any]:
-    return {"status": "none", "id": None, "approved_by": None}
-
-
-class ApprovalLookup(Guard):
-    """Before the policy: what a human already decided about this exact call."""
-
-    name = "approval_lookup"
-
-    def __init__(self, service: ApprovalService) -> None:
-        self.service = service
-
-    async def on_call(self, check: CallCheck) -> Verdict | None:
-        call = check.call
-        if call.arguments is None:
-            return None
-        try:
-            a = await self.service.find(check.exchange.session, call.name, call.args_hash)
-        except StateUnavailable:
-            self.service.metrics.state_error(self.service.store.name)
-            return None  # "none": the policy asks for an approval, the approval guard fails closed
-        if a is None:
-            check.approval = _no_approval()
-            return None
-        status: str = a.status
-        if status == "approved" and self.service.clock() >= a.expires:
-            status = "expired"  # approved too late to use: the policy must not count it
-        elif status == "consumed" and check.exchange.scratch.get(_RESERVED, {}).get(a.id, check.round) < check.round:
-            status = "approved"  # used by this exchange in an earlier round, not delivered (see _reused)
-        check.approval = {
-            "status": status,
-            "id": a.id,
-            "approved_by": a.decided_by if status == "approved" else None,
-        }
-        return None
+# Approvals consumed by this exchange: id → the round that used it.
+_RESERVED: ExchangeKey[dict[str, int]] = ExchangeKey("approvals")
 
 
 def awaiting(a: Approval, reasons: list[str]) -> Verdict:
@@ -102,27 +64,49 @@ def expired(a: Approval) -> Verdict:
     )
 
 
-class ApprovalGuard(Guard):
-    """After the policy: turn "needs approval" into a request, a decision, or one allowed call."""
+class ApprovalFilter(Filter):
+    """What a human decided about a call (before the policy), and what the policy's "needs
+    approval" becomes (after it): a request, a decision, or one allowed call.
+
+    Critical: an approval that cannot be looked up, created or consumed never lets a call through.
+    """
 
     name = "approval"
+    critical = True
     resolves = frozenset({VerdictKind.APPROVAL})
 
     def __init__(self, service: ApprovalService) -> None:
         self.service = service
+
+    async def look_up(self, check: CallCheck) -> None:
+        call = check.call
+        if call.arguments is None:
+            return
+        try:
+            a = await self.service.find(check.exchange.session, call.name, call.args_hash)
+        except StateUnavailable:
+            return  # "none": the policy asks for an approval, and `on_call` fails closed
+        if a is None:
+            return
+        status: str = a.status
+        used_in = check.exchange.setdefault(_RESERVED, dict).get(a.id, check.round)
+        if status == "approved" and self.service.clock() >= a.expires:
+            status = "expired"  # approved too late to use: the policy must not count it
+        elif status == "consumed" and used_in < check.round:
+            status = "approved"  # used by this exchange in an earlier round, not delivered (see _reused)
+        check.approval = ApprovalFacts(status, a.id, a.decided_by if status == "approved" else None)
 
     async def on_call(self, check: CallCheck) -> Verdict | None:
         kind = check.verdict.kind
         try:
             if kind is VerdictKind.ALLOW:
                 # The policy allowed because a human approved: use the approval up, once.
-                if check.approval.get("status") == "approved" and check.approval.get("id"):
+                if check.approval.status == "approved" and check.approval.id:
                     return await self._use_approved(check)
                 return None
             if kind is VerdictKind.APPROVAL:
                 return await self._resolve(check)
         except StateUnavailable:
-            self.service.metrics.state_error(self.service.store.name)
             if kind is VerdictKind.ALLOW:
                 return None
             return Verdict(
@@ -145,7 +129,7 @@ class ApprovalGuard(Guard):
         in it must not need a second approval. Once per round, and only one round's calls
         ever reach the agent, so the approval still lets through one delivery.
         """
-        reserved: dict[str, int] = check.exchange.scratch.setdefault(_RESERVED, {})
+        reserved = check.exchange.setdefault(_RESERVED, dict)
         used_in = reserved.get(approval_id)
         if used_in is not None and used_in < check.round:
             reserved[approval_id] = check.round
@@ -156,18 +140,18 @@ class ApprovalGuard(Guard):
         if self._reused(check, a.id):
             return True
         if await self.service.consume(a, check.call.id):
-            check.exchange.scratch.setdefault(_RESERVED, {})[a.id] = check.round
+            check.exchange.setdefault(_RESERVED, dict)[a.id] = check.round
             return True
         return False
 
     async def _use_approved(self, check: CallCheck) -> Verdict | None:
         call = check.call
         a = await self.service.find(check.exchange.session, call.name, call.args_hash)
-        if a is not None and a.id == check.approval["id"] and await self._consume(check, a):
+        if a is not None and a.id == check.approval.id and await self._consume(check, a):
             return None
         # Used up by an identical call a moment ago, or expired: this call needs its own.
         group = a.group if a is not None else DEFAULT_GROUP
-        reasons = [f"approval {check.approval['id']} was already used or has expired; this call needs a new one"]
+        reasons = [f"approval {check.approval.id} was already used or has expired; this call needs a new one"]
         return await self._request(check, group, self.service.settings.approvals.default_ttl_s, reasons)
 
     async def _resolve(self, check: CallCheck) -> Verdict:
@@ -183,8 +167,8 @@ class ApprovalGuard(Guard):
         call = check.call
         if call.arguments is None:  # lockdown refuses these first; never bind an approval to them
             return Verdict(VerdictKind.APPROVAL, "approval_required", reasons=reasons, retryable=True)
-        held = check.approval.get("id")
-        if held and check.approval.get("status") == "approved" and self._reused(check, held):
+        held = check.approval.id
+        if held and check.approval.status == "approved" and self._reused(check, held):
             return Verdict.allow()
         session = check.exchange.session
         a, _created = await self.service.find_or_create(

@@ -174,7 +174,7 @@ def test_status_summary_quantiles() -> None:
     assert abs(fetch["latency_seconds"]["p50"] - 0.505) < 1e-9
     assert abs(fetch["latency_seconds"]["p95"] - 0.9505) < 1e-9
     assert fetch["replays"] == 1 and fetch["repairs"] == 1
-    assert summary["repair_rounds"] == {"corrected": 0, "exhausted": 1}
+    assert summary["repair_rounds"] == {"corrected": 0, "abandoned": 0, "exhausted": 1}
     assert m.snapshot()["tools"]["fetch"]["calls"] == 101
 
 

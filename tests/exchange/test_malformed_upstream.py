@@ -12,8 +12,8 @@ import orjson
 import pytest
 from aiohttp import web
 
+from tests.helpers.raw import ENDPOINTS, assert_clean_log, assert_provider_error, post
 from tests.helpers.serve import serve
-from tests.robustness.conftest import ENDPOINTS, assert_clean_log, assert_provider_error, post
 
 SSE = "text/event-stream"
 JSON = "application/json"
@@ -357,5 +357,5 @@ async def test_last_resort_guard_answers_provider_shaped(upstream, start_sidecar
             session, running.proxy_url, "/v1/messages", {**REQUEST["/v1/messages"], "stream": True}
         )
         assert status == 200
-    logged = [r for r in caplog.records if r.name == "sidecar.proxy" and r.exc_info is not None]
+    logged = [r for r in caplog.records if r.name == "sidecar.exchange" and r.exc_info is not None]
     assert len(logged) == 2 and all("injected" in str(r.exc_info[1]) for r in logged)

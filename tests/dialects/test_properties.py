@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Dialect
 from sidecar.dialects.sse import SSEParser, format_event
+from tests.helpers.strategies import JSON, WIRE_JSON, WIRE_TYPES, mutated
 from tests.helpers.wire import WIRE
-from tests.robustness.strategies import JSON, WIRE_JSON, WIRE_TYPES, mutated
 
 DIALECTS = {"anthropic": ANTHROPIC, "openai-chat": OPENAI_CHAT, "openai-responses": OPENAI_RESPONSES}
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

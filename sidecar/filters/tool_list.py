@@ -1,9 +1,10 @@
 """Tool list filtering (phase `tool_list`): declared tools the policy hides never reach the
 model, and a call to one is refused as an unknown tool.
 
-An addon on the `request` event, so it runs before the request goes upstream. Register it
-after the telemetry addon: telemetry admits the declared tool names as metric labels, and
-this addon counts `sidecar_tools_hidden` itself.
+A filter on `on_request`, so it runs before the request goes upstream. It comes after the
+telemetry filter in the chain: telemetry admits the declared tool names as metric labels, and
+this filter counts `sidecar_tools_hidden` itself. Critical: if it cannot run, the request
+does not go upstream with tools the policy may hide.
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ import logging
 import time
 
 from sidecar.exchange.state import Exchange
-from sidecar.policy.addon import PolicyAddon
-from sidecar.policy.inputs import base_input, session_counts
+from sidecar.filters.policy import PolicyPhase
 from sidecar.telemetry.logs import log_event
 
 log = logging.getLogger("sidecar.policy")
 
 
-class ToolListFilter(PolicyAddon):
+class ToolListFilter(PolicyPhase):
     """Asks `data.sidecar.visible_tools` for each request that declares tools.
 
     Undefined or an engine error shows every tool: hiding narrows what the model is
@@ -28,14 +28,13 @@ class ToolListFilter(PolicyAddon):
     """
 
     name = "policy_tool_list"
+    critical = True
 
-    async def request(self, exchange: Exchange) -> None:
+    async def on_request(self, exchange: Exchange) -> None:
         declared = exchange.view.declarations
         if self.mode == "off" or not declared:
             return
-        document = base_input(
-            exchange, "tool_list", self.agent, await session_counts(exchange, self.state), self.clock.now()
-        )
+        document = self.input_base(exchange, "tool_list", await self.session_counts(exchange))
         document["tools"] = list(declared)
         started = time.perf_counter()
         visible = await self.engine.visible_tools(document)

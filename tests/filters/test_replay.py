@@ -8,7 +8,8 @@ import pytest
 
 from sidecar.scripted import ToolCallSpec, Turn
 from tests.e2e.agents import AGENTS
-from tests.replay.conftest import TOOLS, TRAITS, Capture, sample, scrape
+from tests.helpers.ledger import TOOLS, TRAITS, Capture
+from tests.helpers.metrics import scrape
 
 SEND = ToolCallSpec("support_replies_send", {"ticket_id": "T-1", "body": "Hello"})
 # Same arguments written differently: canonical JSON makes it the same call.
@@ -58,11 +59,10 @@ async def test_side_effecting_replay_is_answered_from_the_ledger(start_sidecar, 
     third = await agent.ask(stream)
     assert third.calls == [("support_replies_send", {"ticket_id": "T-1", "body": "Hello again"})]
 
-    samples = await scrape(sidecar.admin_url)
-    assert sample(samples, "sidecar_tool_replays_total", tool="support_replies_send", action="answered") == 1
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_tool_replays_total", tool="support_replies_send", action="answered") == 1
     assert (
-        sample(
-            samples,
+        m.value(
             "sidecar_tool_calls_total",
             tool="support_replies_send",
             provider="anthropic" if kind == "anthropic" else "openai",
@@ -76,7 +76,7 @@ async def test_side_effecting_replay_is_answered_from_the_ledger(start_sidecar, 
 async def test_read_only_repeat_is_allowed_and_counted(start_sidecar, model, kind):
     sidecar = await start_sidecar(tools=TRAITS)
     capture = Capture()
-    sidecar.sidecar.addons.add(capture)
+    sidecar.sidecar.add_filter(capture)
     agent = AGENTS[kind](sidecar.proxy_url, TOOLS, SESSION)
     model.add_turns([Turn(tool_calls=[SEARCH]), Turn(tool_calls=[SEARCH])])
     first = await agent.ask(False)
@@ -85,12 +85,12 @@ async def test_read_only_repeat_is_allowed_and_counted(start_sidecar, model, kin
 
     assert second.calls == [("support_tickets_search", {"query": "refund", "limit": 5})]
     assert len(model.model_requests) == 2  # no repair round
-    replays = [c.replay for c in capture.checks]
+    replays = [c.replay.to_input() for c in capture.checks]
     assert replays[0] == {"count": 0, "first_seen": None}
     assert replays[1]["count"] == 1 and RFC3339.match(replays[1]["first_seen"])  # what policy sees
-    samples = await scrape(sidecar.admin_url)
-    assert sample(samples, "sidecar_tool_replays_total", tool="support_tickets_search", action="allowed") == 1
-    assert sample(samples, "sidecar_tool_replays_total", tool="support_tickets_search", action="answered") == 0
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_tool_replays_total", tool="support_tickets_search", action="allowed") == 1
+    assert m.value("sidecar_tool_replays_total", tool="support_tickets_search", action="answered", default=0.0) == 0
 
 
 async def test_repeatable_side_effecting_tool_is_let_through(start_sidecar, model):
@@ -102,8 +102,8 @@ async def test_repeatable_side_effecting_tool_is_let_through(start_sidecar, mode
     second = await agent.ask(False)
 
     assert second.calls == [("support_replies_send", {"ticket_id": "T-1", "body": "Hello"})]
-    samples = await scrape(sidecar.admin_url)
-    assert sample(samples, "sidecar_tool_replays_total", tool="support_replies_send", action="allowed") == 1
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_tool_replays_total", tool="support_replies_send", action="allowed") == 1
 
 
 async def test_replay_before_the_result_arrived_says_so(start_sidecar, model):
@@ -132,8 +132,8 @@ async def test_block_mode_replay_never_reaches_the_agent(start_sidecar, model):
 
     assert second.calls == []
     assert "replayed" in second.text and "already run" in second.text
-    samples = await scrape(sidecar.admin_url)
-    assert sample(samples, "sidecar_tool_replays_total", tool="support_replies_send", action="answered") == 1
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_tool_replays_total", tool="support_replies_send", action="answered") == 1
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])

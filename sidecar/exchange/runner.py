@@ -1,0 +1,426 @@
+"""The life of one exchange, top to bottom: the one place that owns it.
+
+    request → upstream → reply read → calls checked → (repair round)* → delivered → done | failed
+
+`ExchangeRunner.run` walks that sequence for one agent request to a parsed endpoint and
+guarantees that the filters hear `on_done` exactly once, whatever happens. Whole and streamed
+replies differ only in how the reply is read (a body, or events relayed up to the first tool
+call) and written (a body, or the held tail of the stream): both go through the same
+settle-and-deliver step (`_settle_and_deliver`).
+
+The runner knows no HTTP library. The transport (`sidecar/proxy/handler.py`) gives it two
+ports: `UpstreamPort` (send a body to the provider, read the answer) and `AgentPort` (answer
+the agent, whole or as a stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
+
+import orjson
+
+from sidecar.config import Settings
+from sidecar.dialects.base import MAX_DEPTH, StreamAssembler, TooDeep, loads
+from sidecar.dialects.sse import SSEParser, format_event
+from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
+from sidecar.exchange.filters import FilterChain, FilterFailed
+from sidecar.exchange.state import End, Exchange, Outcome
+from sidecar.model import RefusalReason, Reply
+
+log = logging.getLogger("sidecar.exchange")
+
+REPAIR_HEADER = "x-sidecar-repair-rounds"
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------------
+# Ports: what the transport provides
+# ---------------------------------------------------------------------------------------------
+
+
+class UpstreamCause(StrEnum):
+    """Why an upstream request failed without an HTTP answer (`sidecar_upstream_errors_total`)."""
+
+    DNS = "dns"  # the upstream's name did not resolve
+    CONNECT = "connect"  # refused or unreachable
+    TLS = "tls"  # handshake or certificate failure
+    TIMEOUT = "timeout"  # connect or read timeout
+    DISCONNECTED = "disconnected"  # the upstream closed the connection before or while answering
+    PROTOCOL = "protocol"  # an answer that is not valid HTTP (or a body that ends badly)
+
+
+class UpstreamError(Exception):
+    """The upstream could not be reached or did not answer in time (no HTTP answer to relay)."""
+
+    def __init__(self, status: int, message: str, cause: UpstreamCause = UpstreamCause.CONNECT) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.cause = cause
+
+
+class UpstreamAnswer(Protocol):
+    """An upstream HTTP answer being read. Reads raise UpstreamError."""
+
+    status: int
+    reason: str | None
+    headers: Mapping[str, str]
+
+    async def read(self) -> bytes: ...
+
+    async def chunk(self) -> bytes:
+        """The next bytes of the body as they arrive; b"" at the end."""
+        ...
+
+
+class UpstreamPort(Protocol):
+    def open(self, ex: Exchange, body: bytes) -> AbstractAsyncContextManager[UpstreamAnswer]:
+        """POST `body` to the exchange's upstream URL; raises UpstreamError."""
+        ...
+
+
+class AgentPort(Protocol):
+    """The agent's side of the exchange: one whole response, or one stream."""
+
+    async def respond(
+        self, status: int, body: bytes, upstream: UpstreamAnswer | None = None, extra: Mapping[str, str] | None = None
+    ) -> None:
+        """A whole response; with `upstream`, its status line and (cleaned) headers."""
+        ...
+
+    async def open_stream(self, upstream: UpstreamAnswer) -> None: ...
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def close_stream(self) -> None: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Failures the runner turns into an answer
+# ---------------------------------------------------------------------------------------------
+
+
+class Refused(Exception):
+    """A request or reply refused as a whole: answered provider-shaped, counted by reason."""
+
+    def __init__(self, status: int, reason: RefusalReason, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+# Counts and logs a refusal: (reason, path, message).
+RefusalSink = Callable[[RefusalReason, str, str], None]
+# Counts and logs an upstream failure (no HTTP answer).
+UpstreamFailureSink = Callable[[Exchange, UpstreamError], None]
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() in ("application/json", "")
+
+
+def _is_sse(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object; None for anything else. Raises TooDeep (see `loads`)."""
+    try:
+        value = loads(body)
+    except TooDeep:
+        raise
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(slots=True)
+class _Held:
+    """A reply read up to the point where the checks decide (the stream's held part)."""
+
+    reply: Reply
+    cut: int | None
+    assembler: StreamAssembler | None = None
+
+
+class ExchangeRunner:
+    def __init__(
+        self,
+        settings: Settings,
+        chain: FilterChain,
+        upstream: UpstreamPort,
+        refused: RefusalSink,
+        upstream_failed: UpstreamFailureSink,
+    ) -> None:
+        self.settings = settings
+        self.chain = chain
+        self.upstream = upstream
+        self.enforcer = Enforcer(settings, chain, self._send_repair)
+        self._refused = refused
+        self._upstream_failed = upstream_failed
+
+    # -- the sequence ----------------------------------------------------------------------
+
+    async def run(self, ex: Exchange, agent: AgentPort) -> None:
+        """request → upstream → reply read → checked → repaired* → delivered → done | failed."""
+        end = _EndState(ex)
+        try:
+            await self._run(ex, agent, end)
+        except Refused as refusal:
+            self._refused(refusal.reason, ex.url.path, refusal.message)
+            await end.fail(agent, refusal.status, refusal.message, refusal.reason.value)
+        except UpstreamError as exc:
+            self._upstream_failed(ex, exc)
+            await end.fail(agent, exc.status, exc.message, f"upstream {exc.cause.value}")
+        except FilterFailed as failure:
+            log.error("exchange failed closed: %s", failure)
+            message = f"the sidecar cannot check this request now ({failure.filter_name} failed)"
+            await end.fail(agent, 503, message, "filter")
+        except (asyncio.CancelledError, ConnectionResetError):
+            end.reason = "the agent went away"
+            raise
+        except Exception:
+            # Last resort: a provider-shaped answer (or the in-stream error), never a crash.
+            log.exception("sidecar failure on %s", ex.url.path)
+            await end.fail(agent, 502, "the sidecar failed to process this request", "internal error")
+        finally:
+            await self.chain.done(ex, end.end())
+
+    async def _run(self, ex: Exchange, agent: AgentPort, end: _EndState) -> None:
+        original = ex.request
+        await self.chain.request(ex)  # results matched, tools listed and hidden
+        sent = time.perf_counter()
+        try:
+            async with self.upstream.open(ex, ex.outgoing(original)) as answer:
+                ex.upstream_seconds += time.perf_counter() - sent
+                content_type = answer.headers.get("Content-Type", "")
+                if answer.status == 200 and _is_sse(content_type):
+                    end.stream = True
+                    await agent.open_stream(answer)
+                    end.streaming = True
+                    held = await self._relay(ex, answer, agent)
+                else:
+                    end.stream = False
+                    raw = await self._timed(ex, answer.read())
+                    await self.chain.upstream(ex, answer.status, ex.upstream_seconds)
+                    parsed = self._model_reply(ex, answer.status, content_type, raw)
+                    if parsed is None:  # an error or a body that carries no reply: as it came
+                        await agent.respond(answer.status, raw, answer)
+                        end.finish(answer.status)
+                        return
+                    reply = ex.dialect.read_reply(parsed)
+                    held = _Held(reply, reply.first_call_position)
+                    delivery: _Delivery = _WholeDelivery(agent, answer, raw)
+        except UpstreamError:
+            ex.upstream_seconds = max(ex.upstream_seconds, time.perf_counter() - sent)
+            await self.chain.upstream(ex, None, ex.upstream_seconds)
+            raise
+        if held.assembler is not None:
+            if held.assembler.error is not None or not held.assembler.held:
+                await self.chain.reply(ex, held.reply)
+                await agent.close_stream()  # nothing held: everything already went out
+                end.finish(200)
+                await self.chain.delivered(ex, held.reply, [])
+                return
+            if not held.reply.complete:
+                raise Refused(502, RefusalReason.FRAMING, "the upstream stream ended before its last event")
+            keepalive = self.settings.enforcement.keepalive_interval_s
+            delivery = _StreamDelivery(agent, held.assembler, ex.dialect.keepalive(), keepalive)
+        await self._settle_and_deliver(ex, held, delivery)
+        end.finish(200 if end.stream else delivery.status)
+
+    async def _settle_and_deliver(self, ex: Exchange, held: _Held, delivery: _Delivery) -> None:
+        """The shared tail: checks and repair rounds, commit, then the agent gets the reply."""
+        await self.chain.reply(ex, held.reply)
+        settlement = await delivery.while_waiting(self.enforcer.settle(ex, held.reply, held.cut))
+        try:
+            await self.chain.deliver(ex, settlement.delivered)  # insert, then deliver
+        except FilterFailed as failure:
+            log.error("delivery withdrawn (fail closed): %s", failure)
+            settlement = await self.enforcer.withdraw(ex, settlement, failure)
+        await delivery.deliver(ex, held, settlement)
+        await self.chain.delivered(ex, settlement.reply, settlement.delivered)
+
+    # -- reading replies -------------------------------------------------------------------
+
+    def _model_reply(self, ex: Exchange, status: int, content_type: str, raw: bytes) -> dict[str, Any] | None:
+        if status != 200 or not _is_json(content_type):
+            return None
+        try:
+            return json_object(raw)
+        except TooDeep:
+            raise Refused(502, RefusalReason.DEPTH, f"upstream reply nests deeper than {MAX_DEPTH} levels") from None
+
+    async def _timed(self, ex: Exchange, step: Awaitable[T]) -> T:
+        started = time.perf_counter()
+        try:
+            return await step
+        finally:
+            ex.upstream_seconds += time.perf_counter() - started
+
+    async def _relay(self, ex: Exchange, answer: UpstreamAnswer, agent: AgentPort) -> _Held:
+        """Forward events as they arrive until the first tool call; hold from there."""
+        assembler = ex.dialect.assembler()
+        parser = SSEParser()
+        limit = self.settings.limits.max_held_stream_bytes
+        held_bytes = 0
+        try:
+            while True:
+                chunk = await self._timed(ex, answer.chunk())
+                events = parser.feed(chunk) if chunk else parser.flush()
+                # What arrived in one read goes out in one write: no event waits for another.
+                ready = []
+                for event in events:
+                    if assembler.feed(event):
+                        ready.append(event.raw)
+                    else:
+                        held_bytes += len(event.raw)
+                if ready:
+                    await agent.write(b"".join(ready))
+                if held_bytes > limit:
+                    raise Refused(502, RefusalReason.LIMIT, f"the held part of the stream exceeds {limit} bytes")
+                if not chunk:
+                    break
+        except UpstreamError as exc:
+            exc.message = f"the upstream stream ended early: {exc.message}"
+            raise
+        await self.chain.upstream(ex, 200, ex.upstream_seconds)
+        return _Held(assembler.reply(), assembler.cut, assembler)
+
+    # -- repair rounds ---------------------------------------------------------------------
+
+    async def _send_repair(self, ex: Exchange, body: dict[str, Any]) -> dict[str, Any]:
+        """A repair round upstream: same URL and headers as the agent's own request."""
+        sent = time.perf_counter()
+        try:
+            async with self.upstream.open(ex, orjson.dumps(body)) as answer:
+                raw = await answer.read()
+                status = answer.status
+        except UpstreamError as exc:
+            self._upstream_failed(ex, exc)
+            await self.chain.upstream(ex, None, time.perf_counter() - sent)
+            raise RepairFailed(exc.message) from exc
+        finally:
+            ex.upstream_seconds += time.perf_counter() - sent
+        await self.chain.upstream(ex, status, time.perf_counter() - sent)
+        try:
+            parsed = json_object(raw)
+        except TooDeep as exc:
+            raise RepairFailed(str(exc)) from exc
+        if status != 200 or parsed is None:
+            raise RepairFailed(f"upstream answered {status}: {raw[:300]!r}")
+        return parsed
+
+
+# ---------------------------------------------------------------------------------------------
+# Delivery: the only part whole and streamed replies do differently
+# ---------------------------------------------------------------------------------------------
+
+
+class _Delivery(Protocol):
+    status: int
+
+    async def while_waiting(self, settling: Awaitable[Settlement]) -> Settlement: ...
+
+    async def deliver(self, ex: Exchange, held: _Held, settlement: Settlement) -> None: ...
+
+
+class _WholeDelivery:
+    def __init__(self, agent: AgentPort, answer: UpstreamAnswer, raw: bytes) -> None:
+        self.agent = agent
+        self.answer = answer
+        self.raw = raw
+        self.status = answer.status
+
+    async def while_waiting(self, settling: Awaitable[Settlement]) -> Settlement:
+        return await settling
+
+    async def deliver(self, ex: Exchange, held: _Held, settlement: Settlement) -> None:
+        body = orjson.dumps(ex.dialect.write_reply(settlement.reply)) if settlement.changed else self.raw
+        extra = {REPAIR_HEADER: str(ex.repair_rounds)} if ex.repair_rounds else None
+        await self.agent.respond(self.answer.status, body, self.answer, extra)
+
+
+class _StreamDelivery:
+    status = 200
+
+    def __init__(self, agent: AgentPort, assembler: StreamAssembler, keepalive: bytes, keepalive_s: float) -> None:
+        self.agent = agent
+        self.assembler = assembler
+        self._keepalive = keepalive
+        self.keepalive_s = keepalive_s
+
+    async def while_waiting(self, settling: Awaitable[Settlement]) -> Settlement:
+        """Keep the client's connection alive while checks and repair rounds run."""
+        task = asyncio.ensure_future(settling)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.keepalive_s)
+                if done:
+                    return task.result()
+                await self.agent.write(self._keepalive)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def deliver(self, ex: Exchange, held: _Held, settlement: Settlement) -> None:
+        assembler = self.assembler
+        if settlement.changed:
+            # A stream keeps the id it announced first (the agent already has it).
+            shown = ex.dialect.response_id(held.reply)
+            if shown and ex.dialect.response_id(settlement.reply) != shown:
+                settlement.reply.envelope["id"] = shown
+            start = assembler.cut if assembler.cut is not None else len(held.reply.items)
+            tail = ex.dialect.render_tail(settlement.reply, start, assembler.tail)
+            if ex.repair_rounds:
+                # Headers left long ago: say it the way clients ignore, an SSE comment.
+                tail = f": {REPAIR_HEADER}: {ex.repair_rounds}\n\n".encode() + tail
+            await self.agent.write(tail)
+        else:
+            await self.agent.write(b"".join(event.raw for event in assembler.held))
+        await self.agent.close_stream()
+
+
+class _EndState:
+    """How the exchange is ending, so `on_done` is reported once with the right facts."""
+
+    def __init__(self, ex: Exchange) -> None:
+        self.ex = ex
+        self.outcome = Outcome.FAILED
+        self.status = 502
+        self.stream = ex.view.stream
+        self.streaming = False  # the agent's response headers are sent: errors go in-stream
+        self.reason: str | None = "unfinished"
+
+    def finish(self, status: int) -> None:
+        self.outcome, self.status, self.reason = Outcome.DONE, status, None
+
+    async def fail(self, agent: AgentPort, status: int, message: str, reason: str) -> None:
+        self.outcome, self.status, self.reason = Outcome.FAILED, status, reason
+        error = orjson.dumps(self.ex.dialect.error_body(status, message))
+        try:
+            if self.streaming:
+                # A broken stream ends with the protocol's error event, so the SDK raises its
+                # normal streaming error instead of taking a truncated answer as complete.
+                await agent.write(format_event(error, "error"))
+                await agent.close_stream()
+            else:
+                await agent.respond(status, error)
+        except (ConnectionResetError, RuntimeError) as exc:  # the agent is gone
+            log.info("could not tell the agent about the failure: %s", exc)
+
+    def end(self) -> End:
+        ex = self.ex
+        overhead = max(0.0, time.perf_counter() - ex.started - ex.upstream_seconds)
+        return End(self.outcome, self.status, self.stream, overhead, self.reason)

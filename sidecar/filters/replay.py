@@ -1,0 +1,222 @@
+"""Replay detection and the ledger: the same call (session, tool, canonical arguments) runs once.
+
+Where the decision lives: here, and nowhere else. One filter, four steps of an exchange:
+
+- `look_up`: for every call, the replay key is looked up in the ledger; what was found goes on
+  the check (`check.replay`, the policy's `input.replay`).
+- `on_call`: a tool with side effects that is not `repeatable` is refused with a REPLAY verdict
+  when the same call already reached the agent. The enforcer answers the model from the ledger
+  in a repair round (`status: replayed`, the original call's time, id and remembered result);
+  the agent never sees the duplicate. Two more duplicates are caught the same way: a call id
+  already delivered in this session (a model reply retried at the transport level: answered
+  even for `repeatable` tools, since it is the same call, not a new one), and identical
+  side-effecting calls within one turn (the first runs, the others are answered as its
+  replays). Tools without side effects, or `repeatable`, pass; the policy sees the count.
+- `on_checked`: replays are counted by what happened (answered from the ledger, or let through).
+- `on_deliver`: every call is written to the ledger *before* it reaches the agent
+  (insert-then-deliver, as the seed's `applyOnce` does), so no crash or failure between the two
+  can let the same call through twice.
+
+When the store is unavailable (any backend error: see `sidecar/state/guarded.py`),
+`state.on_unavailable` applies: `fail_closed` (the default) refuses side-effecting calls
+(a lookup that failed is a DENY with the reason; a ledger write that failed withdraws the
+turn before anything reaches the agent) and lets read-only ones through; `fail_open` lets
+everything through, counted and logged once per minute. A write that fails after an earlier
+call of the same turn was recorded leaves that record in place: a later identical call is then
+answered as a replay whose result "has not arrived yet", never run twice.
+
+A legitimately repeated action passes in one of two ways: the tool is declared `repeatable`
+(`data.sidecar.tools.<name>.repeatable` or `tools.<name>.repeatable` in the config), or the
+call carries a distinct idempotency argument, which gives it a different replay key. The
+policy cannot overrule a REPLAY refusal (it does not resolve that kind).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sidecar.config import Settings
+from sidecar.exchange.filters import Filter
+from sidecar.exchange.state import Action, CallCheck, Exchange, ExchangeKey
+from sidecar.identity import call_key
+from sidecar.model import ToolCall, Verdict, VerdictKind
+from sidecar.policy.traits import ToolTraits
+from sidecar.state import CallRecord, StateStore, StateUnavailable, may_proceed_without_state
+from sidecar.telemetry.metrics import Metrics
+
+log = logging.getLogger("sidecar.replay")
+
+CALL_ID_REUSED = "call_id_reused"  # the model delivered a known call id with other arguments
+_FAIL_OPEN_LOG_EVERY_S = 60.0
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def call_replay_key(session: str, call: ToolCall) -> str:
+    """The DESIGN.md replay key; unparseable arguments are keyed by their raw text."""
+    return call_key(session, call.name, call.canonical_arguments)
+
+
+def replay_verdict(call: ToolCall, first: CallRecord, why: str = "already run") -> Verdict:
+    """What the model is told instead of the call running twice (DESIGN.md `replayed`)."""
+    at = rfc3339(first.delivered_at)
+    if first.result is None:
+        told = "its result has not arrived yet"
+    else:
+        told = "its recorded result is in `result`" + (" (truncated)" if first.result_truncated else "")
+    details: dict[str, Any] = {
+        "replayed": True,
+        "original_call_id": first.call_id,
+        "original_call_at": at,
+        "result": first.result,
+    }
+    if first.result_is_error is not None:
+        details["result_is_error"] = first.result_is_error
+    if first.result_truncated:
+        details["result_truncated"] = True
+    reason = (
+        f"{call.name} was {why} with exactly these arguments at {at} (call {first.call_id}); "
+        f"the sidecar did not run it again: {told}"
+    )
+    return Verdict(VerdictKind.REPLAY, "replayed", reasons=[reason], retryable=False, details=details)
+
+
+def in_turn_verdict(call: ToolCall, first: ToolCall) -> Verdict:
+    reason = (
+        f"{call.name} is called twice with exactly these arguments in this turn (calls {first.id} and {call.id}); "
+        "it runs once: re-issue it a single time"
+    )
+    details = {"replayed": True, "original_call_id": first.id, "result": None}
+    return Verdict(VerdictKind.REPLAY, "replayed", reasons=[reason], retryable=False, details=details)
+
+
+@dataclass(slots=True)
+class _Found:
+    """A call's ledger facts, between `look_up` and `on_call`."""
+
+    key: str
+    first: CallRecord | None = None
+    same_id: CallRecord | None = None  # this very call id, already delivered
+    unavailable: str | None = None  # the lookup failed (state unavailable)
+
+
+@dataclass(slots=True)
+class _Turn:
+    """Per exchange: each call's facts, and the first call of each replay key per round."""
+
+    found: dict[int, _Found] = field(default_factory=dict)  # id(check) -> facts
+    firsts: dict[tuple[int, str], ToolCall] = field(default_factory=dict)  # (round, key) -> first call
+
+
+_TURN: ExchangeKey[_Turn] = ExchangeKey("replay")
+
+
+class ReplayFilter(Filter):
+    """The replay guard and the ledger it reads and writes. Critical: it guards "runs once"."""
+
+    name = "replay"
+    critical = True
+
+    def __init__(self, settings: Settings, store: StateStore, traits: ToolTraits, metrics: Metrics) -> None:
+        self.settings = settings
+        self.store = store
+        self.traits = traits
+        self.metrics = metrics
+        self._fail_open_logged = 0.0
+
+    def _guards(self, tool: str) -> bool:
+        """Whether repeats of this tool are refused (side effects, not repeatable)."""
+        return self.traits.side_effects(tool) and not self.traits.repeatable(tool)
+
+    async def look_up(self, check: CallCheck) -> None:
+        call, session = check.call, check.exchange.session
+        found = _Found(call_replay_key(session, call))
+        check.exchange.setdefault(_TURN, _Turn).found[id(check)] = found
+        try:
+            found.first = await self.store.find_replay(session, found.key)
+            found.same_id = await self.store.get_call(session, call.id)
+        except StateUnavailable as exc:
+            found.unavailable = str(exc)
+            return
+        first = found.first
+        if first is not None and first.call_id != call.id:
+            check.replay.count, check.replay.first_seen = first.count, rfc3339(first.first_seen)
+
+    async def on_call(self, check: CallCheck) -> Verdict | None:
+        call = check.call
+        turn = check.exchange.setdefault(_TURN, _Turn)
+        found = turn.found.get(id(check))
+        if found is None:  # look_up did not run (cannot happen in a chain): judge as unavailable
+            found = _Found(call_replay_key(check.exchange.session, call), unavailable="no ledger lookup")
+        if found.unavailable is not None:
+            return self._unavailable(call, found.unavailable)
+        side_effects = self.traits.side_effects(call.name)
+        same = found.same_id
+        if same is not None and same.replay_key != found.key:
+            self.metrics.tool_result_anomaly(CALL_ID_REUSED)
+            log.warning("model reused call id %s for a different %s call", call.id, call.name)
+        elif same is not None and side_effects:  # a transport retry of a delivered call
+            return replay_verdict(call, same, "already delivered under this call id")
+        guarded = side_effects and not self.traits.repeatable(call.name)
+        first = found.first
+        if guarded and first is not None and first.call_id != call.id:
+            return replay_verdict(call, first)
+        earlier = turn.firsts.setdefault((check.round, found.key), call)
+        if guarded and earlier is not call:
+            return in_turn_verdict(call, earlier)
+        return None
+
+    def _unavailable(self, call: ToolCall, error: str) -> Verdict | None:
+        side_effects = self.traits.side_effects(call.name)
+        if may_proceed_without_state(self.settings.state.on_unavailable, side_effects):
+            if side_effects:
+                self._note_fail_open(f"could not check {call.name} for replays: {error}")
+            return None
+        reason = (
+            f"the sidecar cannot reach its state backend ({self.store.name}) to check whether "
+            f"this {call.name} call already ran; calls with side effects are refused until it is back"
+        )
+        return Verdict(VerdictKind.DENY, "denied", reasons=[reason], retryable=True)
+
+    def _note_fail_open(self, what: str) -> None:
+        """fail_open: counted (sidecar_state_errors_total, by the store), logged once a minute."""
+        now = time.monotonic()
+        if now - self._fail_open_logged >= _FAIL_OPEN_LOG_EVERY_S:
+            self._fail_open_logged = now
+            log.warning("state.on_unavailable=fail_open: %s; the call was let through unchecked", what)
+
+    async def on_checked(self, ex: Exchange, checks: list[CallCheck]) -> None:
+        """Count replays by what happened: answered from the ledger, or let through."""
+        for check in checks:
+            tool = check.call.name
+            if check.verdict.kind is VerdictKind.REPLAY and check.action in (Action.REPAIR, Action.BLOCKED):
+                self.metrics.replay(tool, "answered")
+                found = ex.setdefault(_TURN, _Turn).found.get(id(check))
+                if found is not None and found.first is not None:
+                    # A count, not a guarantee: the refusal stands either way.
+                    with contextlib.suppress(StateUnavailable):
+                        await self.store.note_replay(ex.session, found.key)
+            elif check.replay.count and check.action in (Action.ALLOWED, Action.OBSERVED):
+                self.metrics.replay(tool, "allowed")  # its delivery adds to the count
+
+    async def on_deliver(self, ex: Exchange, calls: list[ToolCall]) -> None:
+        """Insert, then deliver: a side-effecting call the ledger cannot record never goes out."""
+        session = ex.session
+        now = self.store.limits.clock()
+        for call in calls:
+            record = CallRecord(session, call.id, call.name, call.args_hash, call_replay_key(session, call), now)
+            try:
+                await self.store.record_call(record)
+            except StateUnavailable as exc:
+                side_effects = self.traits.side_effects(call.name)
+                if not may_proceed_without_state(self.settings.state.on_unavailable, side_effects):
+                    raise  # fail closed: the chain withdraws the turn
+                if side_effects:
+                    self._note_fail_open(f"could not record {call.name} in the ledger: {exc}")

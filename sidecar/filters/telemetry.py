@@ -1,0 +1,125 @@
+"""The telemetry filter: turns exchange events into metrics, log lines and rejection records.
+
+Best-effort: a metric or a log line that fails never changes what the agent gets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+
+from sidecar.exchange.filters import Filter
+from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, RepairOutcome, ToolResultRecord
+from sidecar.filters.results import DUPLICATE_RESULT
+from sidecar.model import Reply, Verdict
+from sidecar.telemetry.logs import log_event
+from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.rejection_log import RejectionLog
+
+log = logging.getLogger("sidecar.proxy")
+
+_SCHEMA_MEMORY = 4096
+# Tools whose calls were refused in this exchange's repair rounds (per-tool repair counts).
+_REPAIRED: ExchangeKey[set[str]] = ExchangeKey("telemetry.repaired_tools")
+
+
+class TelemetryFilter(Filter):
+    name = "telemetry"
+
+    def __init__(self, metrics: Metrics, rejections: RejectionLog) -> None:
+        self.metrics = metrics
+        self.rejections = rejections
+        # Last schema hash seen per tool, to count declaration changes (bounded LRU).
+        self._schemas: OrderedDict[str, str] = OrderedDict()
+
+    async def on_request(self, ex: Exchange) -> None:
+        for name, declaration in ex.view.declarations.items():
+            self.metrics.declare_tool(name)
+            previous = self._schemas.get(name)
+            if previous is not None and previous != declaration.schema_hash:
+                self.metrics.schema_change(name)
+            self._schemas[name] = declaration.schema_hash
+            self._schemas.move_to_end(name)
+        while len(self._schemas) > _SCHEMA_MEMORY:
+            self._schemas.popitem(last=False)
+
+    async def on_result(self, ex: Exchange, record: ToolResultRecord) -> None:
+        if DUPLICATE_RESULT not in record.anomalies and not record.resent:
+            self.metrics.tool_result(
+                record.tool or "", "error" if record.outcome == "error" else "ok", record.latency_s
+            )
+        for kind in record.anomalies:
+            self.metrics.tool_result_anomaly(kind)
+
+    async def on_reply(self, ex: Exchange, reply: Reply) -> None:
+        if reply.removed_calls:
+            log_event("choice_calls_removed", log=log, session=ex.session, calls=reply.removed_calls)
+
+    async def on_checked(self, ex: Exchange, checks: list[CallCheck]) -> None:
+        provider = ex.provider.value
+        for check in checks:
+            call, verdict = check.call, check.verdict
+            self.metrics.tool_call(call.name, provider, verdict.kind.value)
+            if verdict.allowed:
+                # Refusals a shadow-mode policy only observed: logged so a rollout can be judged.
+                for observed in check.observed:
+                    self._log_refusal(ex, check, observed, "shadow")
+                if check.action is Action.WITHDRAWN:
+                    self._log_refusal(ex, check, verdict, check.action.value)
+                continue
+            if check.action is Action.REPAIR:  # per-tool repair counts for /v1/status
+                ex.setdefault(_REPAIRED, set).add(call.name)
+            for error in verdict.errors:
+                self.metrics.argument_rejection(call.name, error.kind)
+            self._log_refusal(ex, check, verdict, check.action.value)
+
+    def _log_refusal(self, ex: Exchange, check: CallCheck, verdict: Verdict, action: str) -> None:
+        call = check.call
+        declaration = ex.view.declarations.get(call.name)
+        self.rejections.log_rejection(
+            session=ex.session,
+            provider=ex.provider.value,
+            model=ex.view.model,
+            tool=call.name,
+            call_id=call.id,
+            arguments=call.arguments if call.arguments is not None else call.raw_arguments,
+            verdict=verdict,
+            action=action,
+            repair_round=check.round,
+            schema=declaration.schema if declaration else None,
+            guard=verdict.guard,
+        )
+        log_event(
+            "verdict",
+            session=ex.session,
+            tool=call.name,
+            call_id=call.id,
+            verdict=verdict.kind.value,
+            status=verdict.status,
+            action=action,
+            round=check.round,
+        )
+
+    async def on_repaired(self, ex: Exchange, outcome: RepairOutcome) -> None:
+        self.metrics.repair_round(outcome.value, sorted(ex.pop(_REPAIRED) or ()))
+        log_event("repair_round", session=ex.session, outcome=outcome.value, rounds=ex.repair_rounds)
+
+    async def on_upstream(self, ex: Exchange, status: int | None, seconds: float) -> None:
+        self.metrics.upstream(ex.provider.value, status, seconds)
+
+    async def on_done(self, ex: Exchange, end: End) -> None:
+        self.metrics.overhead(ex.provider.value, end.stream, end.overhead_s)
+        log_event(
+            "request",
+            level=logging.INFO if end.reason is None else logging.WARNING,
+            session=ex.session,
+            provider=ex.provider.value,
+            dialect=ex.dialect.name,
+            model=ex.view.model,
+            status=end.status,
+            outcome=end.outcome.value,
+            stream=end.stream,
+            repair_rounds=ex.repair_rounds,
+            overhead_ms=round(end.overhead_s * 1000, 3),
+            error=end.reason,
+        )

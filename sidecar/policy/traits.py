@@ -1,0 +1,61 @@
+"""Per-tool traits the guards need: does a tool have side effects, may it repeat?
+
+From the configuration's `tools.<name>`, then the policy data (`data.sidecar.tools.<name>`,
+then `data.sidecar.unlisted_tool`), then defaults.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sidecar.config import Settings
+
+log = logging.getLogger("sidecar.policy")
+
+
+class ToolTraits:
+    """Per-tool `side_effects` and `repeatable`: config, then data.json, then defaults."""
+
+    def __init__(self, settings: Settings, data: Mapping[str, Any] | None = None) -> None:
+        self.settings = settings
+        self._tools: Mapping[str, Any] = {}
+        self._unlisted: Mapping[str, Any] = {}
+        self.update(data or {})
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ToolTraits:
+        """Reads `data.json` from `settings.policies` (if set) once, at startup."""
+        data: dict[str, Any] = {}
+        if settings.policies:
+            from sidecar.policy.loader import PolicyLoadError, read_bundle
+
+            try:
+                data = read_bundle(settings.policies).data
+            except PolicyLoadError as exc:
+                log.warning("tool traits: cannot read %s (%s); using config and defaults", settings.policies, exc)
+        return cls(settings, data)
+
+    def update(self, data: Mapping[str, Any]) -> None:
+        """New policy data (the whole `data` document), e.g. after a policy reload."""
+        found = data.get("sidecar")
+        sidecar: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        tools = sidecar.get("tools")
+        unlisted = sidecar.get("unlisted_tool")
+        self._tools = tools if isinstance(tools, Mapping) else {}
+        self._unlisted = unlisted if isinstance(unlisted, Mapping) else {}
+
+    def _data(self, tool: str, key: str, default: bool) -> bool:
+        entry = self._tools.get(tool)
+        source = entry if isinstance(entry, Mapping) and key in entry else self._unlisted
+        value = source.get(key, default)
+        return value if isinstance(value, bool) else default
+
+    def side_effects(self, tool: str) -> bool:
+        configured = self.settings.tool(tool).side_effects
+        return configured if configured is not None else self._data(tool, "side_effects", False)
+
+    def repeatable(self, tool: str) -> bool:
+        configured = self.settings.tool(tool).repeatable
+        return configured if configured is not None else self._data(tool, "repeatable", False)
