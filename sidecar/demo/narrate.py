@@ -11,13 +11,13 @@ is what lets the demo (and its test) check that `/v1/status` agrees with the sce
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from sidecar.cli_output import clip
 from sidecar.scripted import RecordedRequest, Turn
 
 Say = Callable[[str], None]
@@ -49,13 +49,15 @@ VERDICT_WORDS: dict[Verdict, str] = {
     Verdict.APPROVAL: "waiting for approval",
     Verdict.REPLAY: "answered from the ledger",
 }
-WIDTH = 150
+WIDTH = 110
 LABEL = 9  # "  sidecar  …": the speaker column
 
 
 def line(speaker: str, text: str) -> str:
-    """`  speaker  text`, the text on one line, cut to the demo's width."""
-    return f"  {speaker:<{LABEL - 1}} {clip(text, WIDTH - LABEL - 2)}"
+    """`  speaker  text`, wrapped under the text column so nothing is cut."""
+    indent = " " * (LABEL + 2)
+    first = f"  {speaker:<{LABEL - 1}} "
+    return textwrap.fill(text, WIDTH, initial_indent=first, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def _args(arguments: Any) -> str:

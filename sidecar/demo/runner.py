@@ -19,7 +19,7 @@ from sidecar.app import Running, start
 from sidecar.cli_output import Align, table
 from sidecar.config import load_settings
 from sidecar.demo.agent import SupportAgent
-from sidecar.demo.narrate import VERDICT_WORDS, Narrator, Say, Verdict, line
+from sidecar.demo.narrate import LABEL, VERDICT_WORDS, Narrator, Say, Verdict, line
 from sidecar.demo.scenes import SCENES, Scene
 from sidecar.scripted import ScriptedModel
 
@@ -65,7 +65,7 @@ class DemoContext:
         out, err = await process.communicate()
         text = out.decode()
         for output in text.splitlines():
-            self.say(line("", output))
+            self.say(f"{' ' * (LABEL + 2)}{output}")  # the CLI's own output, as the user would see it
         if process.returncode != 0:
             raise RuntimeError(f"`sidecar {shlex.join(args)}` failed ({process.returncode}): {err.decode().strip()}")
         return text
@@ -140,7 +140,7 @@ def _summary(result: DemoResult, admin_url: str, say: Say) -> None:
 def _what_next(say: Say, rejection_log: Path | None) -> None:
     say("\n== What next")
     say("  1. Put it in front of your own agent (no code change, only the base URL):")
-    say("       sidecar run --policies DIR        # proxy on 127.0.0.1:8080, admin on 127.0.0.1:9477")
+    say(f"       sidecar run --policies {POLICIES}   # proxy 127.0.0.1:8080, admin 127.0.0.1:9477")
     say("       export ANTHROPIC_BASE_URL=http://127.0.0.1:8080")
     say("       export OPENAI_BASE_URL=http://127.0.0.1:8080/v1")
     say("     Start with SIDECAR_ENFORCEMENT__MODE=observe to only log what it would refuse.")
