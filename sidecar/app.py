@@ -34,6 +34,7 @@ from sidecar.policy import EmbeddedEngine, build_engine
 from sidecar.policy.traits import ToolTraits
 from sidecar.proxy.handler import ProxyHandler, UpstreamChannel
 from sidecar.proxy.upstream import Upstreams
+from sidecar.startup import PortBindError, PortPurpose, startup_fields
 from sidecar.state import build_store
 from sidecar.state.continuations import Continuations
 from sidecar.state.guarded import GuardedStore
@@ -268,13 +269,20 @@ async def start(settings: Settings) -> Running:
     runners: list[web.AppRunner] = []
     urls: list[str] = []
     try:
-        for app, address in ((sidecar.proxy_app(), settings.listen), (sidecar.admin_app(), settings.admin_listen)):
+        ports = (
+            (PortPurpose.PROXY, sidecar.proxy_app(), settings.listen),
+            (PortPurpose.ADMIN, sidecar.admin_app(), settings.admin_listen),
+        )
+        for purpose, app, address in ports:
             runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
             await runner.setup()
+            runners.append(runner)
             host, port = _split(address)
             site = web.TCPSite(runner, host, port)
-            await site.start()
-            runners.append(runner)
+            try:
+                await site.start()
+            except OSError as exc:  # names the port: "cannot bind the admin port 127.0.0.1:9477: …"
+                raise PortBindError(purpose, address, exc) from exc
             bound = runner.addresses[0]
             urls.append(f"http://{host}:{bound[1]}")
         sidecar.approvals.admin_url = sidecar.approvals.admin_url or urls[1]  # links in notifications
@@ -289,7 +297,8 @@ async def start(settings: Settings) -> Running:
 async def serve(settings: Settings, ready: Callable[[Running], None] | None = None) -> None:
     """Run until SIGINT/SIGTERM."""
     running = await start(settings)
-    log.info("proxy on %s, admin on %s", running.proxy_url, running.admin_url)
+    # One line with what is in force (policy, state, mode, upstreams, ports), secrets redacted.
+    log_event("startup", **startup_fields(settings, running.proxy_url, running.admin_url))
     if ready is not None:
         ready(running)
     stop = asyncio.Event()

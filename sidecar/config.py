@@ -1,17 +1,22 @@
-"""All settings in one pydantic model: YAML file, then SIDECAR_* environment, then CLI flags.
+"""All settings in one pydantic model: defaults < YAML file < SIDECAR_* environment < CLI flags.
 
-Nested keys use a double underscore in the environment: `SIDECAR_POLICY__ENGINE=opa`.
+Loading (sidecar/config_loader.py) is pydantic-settings' environment source plus what it does
+not do by itself: every value remembers where it came from (file and key, variable, flag) so
+an error names the real source, and unknown keys and unknown `SIDECAR_*` variables fail
+start-up with a "did you mean". Environment values are strings unless the field's type says
+otherwise; nested keys use a double underscore (`SIDECAR_POLICY__ENGINE=opa`); lists and
+mappings are JSON (`SIDECAR_REJECTION_LOG__REDACT_KEYS='["password","pin"]'`).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "SIDECAR_"
 
@@ -143,7 +148,30 @@ class TelemetrySettings(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
-class Settings(_Section):
+class Settings(BaseSettings):
+    """Every setting. `Settings(...)` / `model_validate` take explicit values only (no
+    environment is read behind a caller's back); `load_settings` is what reads file and env."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid",
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        case_sensitive=False,
+        # "null" in the environment is the string "null", never "unset".
+        env_parse_none_str=None,
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
     listen: str = "127.0.0.1:8080"
     # Not 9090 (Prometheus), 9091/9093 (Pushgateway, Alertmanager), 9100 (node exporter), 9464
     # (OpenTelemetry's Prometheus exporter), 8181 (OPA), 9901 / 15000-15090 (Envoy, Istio):
@@ -171,7 +199,8 @@ class Settings(_Section):
     # POD_NAMESPACE (Downward API), else empty.
     agent_id: str | None = None
     agent_namespace: str | None = None
-    agent_labels: dict[str, str] = Field(default_factory=dict)
+    # NoDecode: the validator below reads both `team=support,tier=prod` and JSON.
+    agent_labels: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
 
     _check_listen = field_validator("listen", "admin_listen")(classmethod(lambda cls, v: _host_port(v)))
     _check_upstreams = field_validator("anthropic_upstream", "openai_upstream")(classmethod(lambda cls, v: _origin(v)))
@@ -179,7 +208,9 @@ class Settings(_Section):
     @field_validator("agent_labels", mode="before")
     @classmethod
     def _labels_from_text(cls, value: Any) -> Any:
-        """SIDECAR_AGENT_LABELS arrives as text: accept `team=support,tier=prod`."""
+        """SIDECAR_AGENT_LABELS arrives as text: accept `team=support,tier=prod` or a JSON object."""
+        if isinstance(value, str) and value.lstrip().startswith("{"):
+            return orjson.loads(value)
         if isinstance(value, str):
             pairs = [part.partition("=") for part in value.split(",") if part.strip()]
             if any(not sep for _, sep, _ in pairs):
@@ -197,80 +228,16 @@ class Settings(_Section):
         return self.tool(tool).lockdown or self.lockdown
 
 
-def _set_path(target: dict[str, Any], path: list[str], value: Any) -> None:
-    for key in path[:-1]:
-        nested = target.setdefault(key, {})
-        if not isinstance(nested, dict):
-            raise ConfigError(f"{'.'.join(path)}: cannot set a nested key under a scalar")
-        target = nested
-    target[path[-1]] = value
-
-
-def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX:
-            continue
-        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
-        if path[0] not in Settings.model_fields:
-            continue  # e.g. SIDECAR_SESSION used by scripts: not a setting
-        try:
-            value = yaml.safe_load(raw) if raw else raw
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, (dict, list)) and path[-1] not in ("redact_keys", "tools"):
-            value = raw
-        if isinstance(value, (int, float, bool)) and path[0] in ("listen", "admin_listen"):
-            value = raw
-        _set_path(out, path, value)
-    return out
-
-
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _describe(error: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration ({source}):"]
-    for item in error.errors():
-        key = ".".join(str(p) for p in item["loc"]) or "(root)"
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        lines.append(f"  {key}: {message}")
-    return "\n".join(lines)
-
-
 def load_settings(
     config_file: str | os.PathLike[str] | None = None,
     flags: dict[str, Any] | None = None,
     environ: dict[str, str] | None = None,
 ) -> Settings:
-    """File < environment < flags. Raises ConfigError naming the key and the problem."""
-    data: dict[str, Any] = {}
-    source = "defaults"
-    if config_file is not None:
-        source = str(config_file)
-        try:
-            loaded = yaml.safe_load(Path(config_file).read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise ConfigError(f"config file not found: {config_file}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {config_file} is not valid YAML: {exc}") from exc
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {config_file}: the top level must be a mapping")
-        data = loaded
-    data = _merge(data, _env_overrides(dict(os.environ if environ is None else environ)))
-    data = _merge(data, {k: v for k, v in (flags or {}).items() if v is not None})
-    try:
-        return Settings.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, source)) from None
+    """Defaults < file < environment (`os.environ` unless given) < flags (None values skipped).
+
+    Raises ConfigError naming the source (file and key, variable, flag) and the problem.
+    """
+    from sidecar.config_loader import SettingsLoader
+
+    env = dict(os.environ if environ is None else environ)
+    return SettingsLoader(Settings).load(config_file, flags or {}, env)

@@ -37,9 +37,10 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def status(request: web.Request) -> web.Response:
+    """One flat document: readiness, then the metrics summary (`tools` maps tool name → stats)."""
     sidecar = request.app[SIDECAR_KEY]
     ready, report = await sidecar.readiness()
-    return _json({"tools": sidecar.metrics.status_summary(), "ready": ready, "components": report})
+    return _json({"ready": ready, **sidecar.metrics.status_summary(), "components": report})
 
 
 def build_admin_app(sidecar: Sidecar) -> web.Application:

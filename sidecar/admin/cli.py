@@ -15,9 +15,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import Any, get_args
 
-DEFAULT_ADMIN_URL = "http://127.0.0.1:9477"
+from sidecar.cli_output import add_admin_url_argument, clip, table
+from sidecar.state.base import ApprovalStatus
+from sidecar.timefmt import parse_iso, relative
+
+STATUSES = frozenset(get_args(ApprovalStatus))
 
 
 class CliError(Exception):
@@ -74,23 +78,19 @@ def _explain(exc: urllib.error.HTTPError) -> str:
     return f"{hint}: {message}"
 
 
-def _when(t: float | None, now: float) -> str:
-    if t is None:
+def _when(iso: str | None, now: float) -> str:
+    """`2026-11-30T10:00:00Z (in 59m58s)`; the bare text if it is not a time."""
+    if not iso:
         return "-"
-    delta = int(t - now)
-    span = abs(delta)
-    text = f"{span // 3600}h{span % 3600 // 60:02d}m" if span >= 3600 else f"{span // 60}m{span % 60:02d}s"
-    return f"in {text}" if delta >= 0 else f"{text} ago"
+    try:
+        return f"{iso} ({relative(parse_iso(iso), now)})"
+    except ValueError:
+        return iso
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header, *rows]]
-    return "\n".join(lines)
-
-
-def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _print_json(data: Any) -> None:
+    """The API's JSON document, unchanged (indented for reading)."""
+    print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -100,10 +100,11 @@ def _list(args: argparse.Namespace) -> int:
         if v
     }
     path = "/approvals" + ("?" + urllib.parse.urlencode(query) if query else "")
-    approvals = _call(args, "GET", path)["approvals"]
+    body = _call(args, "GET", path)
     if args.json:
-        print(json.dumps(approvals, indent=2))
+        _print_json(body)
         return 0
+    approvals = body["approvals"]
     if not approvals:
         print(f"no {args.status or 'pending'} approvals")
         return 0
@@ -114,13 +115,13 @@ def _list(args: argparse.Namespace) -> int:
             a["status"],
             a["tool"],
             a["group"],
-            _short(a["session"], 24),
+            clip(a["session"], 24),
             _when(a["expires"], now),
-            _short("; ".join(a["reasons"]), 60),
+            clip("; ".join(a["reasons"]), 60),
         ]
         for a in approvals
     ]
-    print(_table(rows, ["ID", "STATUS", "TOOL", "GROUP", "SESSION", "EXPIRES", "REASONS"]))
+    sys.stdout.write(table(["ID", "STATUS", "TOOL", "GROUP", "SESSION", "EXPIRES", "REASONS"], rows))
     return 0
 
 
@@ -133,9 +134,10 @@ def _show_one(a: dict[str, Any]) -> str:
         ("session", a["session"]),
         ("group", a["group"]),
         ("reasons", "; ".join(a["reasons"]) or "-"),
-        ("created", f"{a.get('created_at')} ({_when(a['created'], now)})"),
-        ("expires", f"{a.get('expires_at')} ({_when(a['expires'], now)})"),
+        ("created", _when(a.get("created"), now)),
+        ("expires", _when(a.get("expires"), now)),
         ("decided by", a.get("decided_by") or "-"),
+        ("decided at", _when(a.get("decided_at"), now)),
         ("comment", a.get("comment") or "-"),
         ("args hash", a["args_hash"]),
     ]
@@ -148,7 +150,10 @@ def _show_one(a: dict[str, Any]) -> str:
 
 def _show(args: argparse.Namespace) -> int:
     a = _call(args, "GET", f"/approvals/{urllib.parse.quote(args.id, safe='')}")
-    print(json.dumps(a, indent=2) if args.json else _show_one(a))
+    if args.json:
+        _print_json(a)
+    else:
+        print(_show_one(a))
     return 0
 
 
@@ -160,7 +165,7 @@ def _decide(args: argparse.Namespace, action: str) -> int:
         body["comment"] = args.comment
     a = _call(args, "POST", f"/approvals/{urllib.parse.quote(args.id, safe='')}/{action}", body)
     if args.json:
-        print(json.dumps(a, indent=2))
+        _print_json(a)
     else:
         comment = f" ({a['comment']})" if a.get("comment") else ""
         print(f"{a['id']}: {a['status']} by {a['decided_by']}{comment} — {a['tool']} in session {a['session']}")
@@ -181,11 +186,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--admin-url",
-        default=os.environ.get("SIDECAR_ADMIN_URL", DEFAULT_ADMIN_URL),
-        help=f"admin API base URL (env SIDECAR_ADMIN_URL, default {DEFAULT_ADMIN_URL})",
-    )
+    add_admin_url_argument(common)
     common.add_argument("--token", help="admin bearer token (env SIDECAR_ADMIN_TOKEN)")
     common.add_argument(
         "--token-file", metavar="FILE", help="file whose first line is the token (env SIDECAR_ADMIN_TOKEN_FILE)"
@@ -193,21 +194,45 @@ def register(subparsers: Any) -> None:
     common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the admin API")
     common.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
 
-    parser = subparsers.add_parser("approvals", help="list and decide human approvals (admin API)")
-    actions = parser.add_subparsers(dest="action", required=True)
+    parser = subparsers.add_parser(
+        "approvals",
+        help="list and decide human approvals (admin API)",
+        description="A client of the admin API's /approvals endpoints (works through kubectl port-forward). "
+        "Every call needs an admin token: --token, --token-file, SIDECAR_ADMIN_TOKEN or SIDECAR_ADMIN_TOKEN_FILE. "
+        "Times are ISO-8601 UTC.",
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    listing = actions.add_parser("list", parents=[common], help="list approvals (pending by default)")
-    listing.add_argument("--status", help="pending (default), approved, denied, expired, consumed or all")
-    listing.add_argument("--group")
-    listing.add_argument("--tool")
-    listing.add_argument("--session")
+    listing = actions.add_parser(
+        "list", parents=[common], help="list approvals (pending by default)", description="List approvals."
+    )
+    listing.add_argument(
+        "--status",
+        choices=sorted(STATUSES | {"all"}),
+        help="which approvals (default pending; all = every status)",
+    )
+    listing.add_argument("--group", help="only this approver group (as the policy names it)")
+    listing.add_argument("--tool", help="only this tool")
+    listing.add_argument("--session", help="only this session id")
 
-    show = actions.add_parser("show", parents=[common], help="one approval, with its redacted arguments")
-    show.add_argument("id")
+    show = actions.add_parser(
+        "show",
+        parents=[common],
+        help="one approval, with its redacted arguments",
+        description="One approval, with its redacted arguments.",
+    )
+    show.add_argument("id", help="the approval id (apr_…)")
 
     for action in ("approve", "deny"):
-        decide = actions.add_parser(action, parents=[common], help=f"{action} a pending approval")
-        decide.add_argument("id")
+        decide = actions.add_parser(
+            action,
+            parents=[common],
+            help=f"{action} a pending approval",
+            description=f"{action.capitalize()} a pending approval: the identical call (same session, tool and "
+            "arguments) "
+            + ("then passes exactly once." if action == "approve" else "is then refused, with your comment."),
+        )
+        decide.add_argument("id", help="the approval id (apr_…)")
         decide.add_argument("--comment", help="why (the model sees a denial's comment)")
         decide.add_argument("--by", help="your name (default: derived from the token, token:<fingerprint>)")
 

@@ -11,7 +11,6 @@ import contextlib
 import logging
 import secrets
 from dataclasses import asdict
-from datetime import UTC, datetime
 from typing import Any
 
 from sidecar.approvals.notifier import WebhookNotifier
@@ -20,22 +19,17 @@ from sidecar.state import Approval, Decision, StateStore, StateUnavailable
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.redact import redact
+from sidecar.timefmt import iso_or_none, iso_utc
 
 log = logging.getLogger("sidecar.approvals")
 
 
-def iso(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def approval_json(a: Approval) -> dict[str, Any]:
-    """The admin API / webhook view: the record plus readable times."""
+    """The admin API / CLI view of a record: its times as ISO-8601 UTC (stored as epoch seconds)."""
     data = asdict(a)
-    data["created_at"] = iso(a.created)
-    data["expires_at"] = iso(a.expires)
-    data["decided_at_iso"] = iso(a.decided_at)
+    data["created"] = iso_utc(a.created)
+    data["expires"] = iso_utc(a.expires)
+    data["decided_at"] = iso_or_none(a.decided_at)
     return data
 
 
@@ -214,7 +208,7 @@ class ApprovalService:
             reasons=a.reasons,
             arguments=a.arguments,
             args_hash=a.args_hash,
-            expires=iso(a.expires),
+            expires=iso_utc(a.expires),
             decided_by=a.decided_by,
             comment=a.comment,
             **extra,
@@ -231,8 +225,8 @@ class ApprovalService:
             "reasons": a.reasons,
             "arguments": a.arguments,
             "args_hash": a.args_hash,
-            "created": iso(a.created),
-            "expires": iso(a.expires),
+            "created": iso_utc(a.created),
+            "expires": iso_utc(a.expires),
             "approve_url": f"{base}/approvals/{a.id}/approve",
             "deny_url": f"{base}/approvals/{a.id}/deny",
             "show_url": f"{base}/approvals/{a.id}",

@@ -1,9 +1,9 @@
-"""A tiny support agent: the kind of code teams run unchanged behind the sidecar."""
+"""A tiny support agent: the kind of code teams run unchanged behind the sidecar (only its
+base URL points at the sidecar). It prints nothing: the runner tells the story from the wire."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -46,8 +46,6 @@ TOOLS: list[dict[str, Any]] = [
     },
 ]
 
-ToolLog = Callable[[str], None]
-
 
 def run_tool(name: str, arguments: dict[str, Any]) -> str:
     """The agent's own tools, faked: the demo is about what happens before they run."""
@@ -59,19 +57,17 @@ def run_tool(name: str, arguments: dict[str, Any]) -> str:
 
 
 class SupportAgent:
-    def __init__(self, base_url: str, say: ToolLog, session: str) -> None:
+    def __init__(self, base_url: str, session: str) -> None:
         self.client = anthropic.AsyncAnthropic(
             base_url=base_url,
             api_key="sk-ant-demo-not-a-real-key",
             max_retries=0,
             default_headers={"X-Sidecar-Session": session},
         )
-        self.say = say
         self.messages: list[dict[str, Any]] = []
 
     async def turn(self, user: str, max_steps: int = 4) -> None:
         """One user request, with the usual tool loop until the model stops calling tools."""
-        self.say(f'  user  → "{user}"')
         self.messages.append({"role": "user", "content": user})
         for _ in range(max_steps):
             async with self.client.messages.stream(
@@ -85,13 +81,8 @@ class SupportAgent:
             self.messages.append({"role": "assistant", "content": blocks})
             results = []
             for block in message.content:
-                if block.type == "text" and block.text:
-                    for line in block.text.splitlines():
-                        self.say(f"  model → {line}")
                 if block.type == "tool_use":
-                    self.say(f"  model → agent: {block.name} {json.dumps(block.input)}")
                     output = run_tool(block.name, dict(block.input))
-                    self.say(f"  agent runs {block.name} → {output}")
                     results.append({"type": "tool_result", "tool_use_id": block.id, "content": output})
             if not results:
                 return

@@ -1,64 +1,161 @@
-"""Runs the scenes against a scripted model through a real sidecar, printing what happens."""
+"""Runs every scene through ONE real sidecar in front of a scripted model, tells each scene from
+the wire (sidecar/demo/narrate.py), and ends with what the sidecar counted, read over HTTP from
+its own `/v1/status`, checked against the verdicts the scenes showed."""
 
 from __future__ import annotations
 
-import json
+import asyncio
+import os
+import shlex
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from sidecar.app import Running, start
-from sidecar.config import Settings, load_settings
+from sidecar.cli_output import Align, table
+from sidecar.config import load_settings
 from sidecar.demo.agent import SupportAgent
+from sidecar.demo.narrate import LABEL, VERDICT_WORDS, Narrator, Say, Verdict, line
 from sidecar.demo.scenes import SCENES, Scene
 from sidecar.scripted import ScriptedModel
 
-# The shipped policy library when running from a checkout; else the engine's built-in policy.
-_POLICIES = Path(__file__).resolve().parents[2] / "policies"
+# The policies every scene runs under: the support-domain policy library (sidecar.rego and
+# data.json: which tools have side effects, blocked domains, who approves what). The one place
+# the demo chooses it.
+POLICIES = str(Path(__file__).resolve().parents[2] / "policies")
+# Not a secret: it only opens this demo's admin port on loopback, for the approvals CLI.
+ADMIN_TOKEN = "demo-admin-token-not-a-secret"
 
 
-def _say(line: str) -> None:
+def _print(line: str) -> None:
     print(line, flush=True)
 
 
-def _rejections(path: Path, seen: int) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines[seen:]]
+def _cli_command() -> list[str]:
+    """The `sidecar` a user of this installation would type (the console script beside python)."""
+    script = Path(sys.executable).with_name("sidecar")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "sidecar.cli"]
 
 
-async def _scene(number: int, scene: Scene, model: ScriptedModel, sidecar: Running, log: Path) -> None:
-    _say(f"\n== {number}. {scene.title}")
+@dataclass
+class DemoContext:
+    """What a scene's human step can use: the running sidecar and the real CLI."""
+
+    sidecar: Running
+    say: Say
+    commands: list[str] = field(default_factory=list)
+
+    async def run(self, *argv: str) -> str:
+        """Run `sidecar ARGV --admin-url URL` as a user would, print it (copyable) and its output."""
+        args = [*argv, "--admin-url", self.sidecar.admin_url]
+        shown = f"SIDECAR_ADMIN_TOKEN={ADMIN_TOKEN} sidecar {shlex.join(args)}"
+        self.commands.append(shown)
+        self.say(f"  {'lead':<8} $ {shown}")  # whole, never cut: it is there to be copied
+        process = await asyncio.create_subprocess_exec(
+            *_cli_command(),
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "SIDECAR_ADMIN_TOKEN": ADMIN_TOKEN},
+        )
+        out, err = await process.communicate()
+        text = out.decode()
+        for output in text.splitlines():
+            self.say(f"{' ' * (LABEL + 2)}{output}")  # the CLI's own output, as the user would see it
+        if process.returncode != 0:
+            raise RuntimeError(f"`sidecar {shlex.join(args)}` failed ({process.returncode}): {err.decode().strip()}")
+        return text
+
+
+@dataclass
+class DemoResult:
+    """What the scenes showed (tallied from the wire) and what `/v1/status` reported."""
+
+    shown: dict[str, dict[str, int]]
+    repair_rounds_shown: int
+    status: dict[str, Any]
+    commands: list[str]
+
+    @property
+    def counted(self) -> dict[str, dict[str, int]]:
+        tools = self.status.get("tools") or {}
+        return {name: dict(stats.get("calls_by_verdict") or {}) for name, stats in tools.items()}
+
+    @property
+    def repair_rounds_counted(self) -> int:
+        return sum((self.status.get("repair_rounds") or {}).values())
+
+    @property
+    def agrees(self) -> bool:
+        return self.counted == self.shown and self.repair_rounds_counted == self.repair_rounds_shown
+
+
+async def _scene(number: int, scene: Scene, model: ScriptedModel, demo: DemoContext, narrator: Narrator) -> None:
+    demo.say(f"\n== {number}. {scene.title}")
     model.reset()
     model.add_turns(scene.turns)
-    before = len(_rejections(log, 0))
-    agent = SupportAgent(sidecar.proxy_url, _say, session=f"demo-{number}")
+    agent = SupportAgent(demo.sidecar.proxy_url, session=f"demo-{number}")
+    seen = 0
     try:
-        await agent.turn(scene.user)
-        for step, user in getattr(scene, "then", ()):  # HumanScene: a person acts between turns
-            await step(sidecar, _say)
+        for step, user in [(None, scene.user), *scene.then]:
+            if step is not None:
+                await step(demo)
             await agent.turn(user)
+            narrator.narrate(model.model_requests, scene.turns, seen)
+            seen = len(model.model_requests)
     finally:
         await agent.close()
-    await sidecar.sidecar.rejections.aflush()
-    for record in _rejections(log, before):
-        problems = "; ".join(f"{e['field']}: {e['problem']}" for e in record.get("errors", [])) or "; ".join(
-            record.get("reasons", [])
-        )
-        _say(
-            f"  sidecar saw: {record['tool']} {json.dumps(record['arguments'])} → {record.get('status')} "
-            f"({problems}) → {record['action']}"
-        )
-    rounds = sum(1 for r in model.requests if r.protocol) - len([m for m in agent.messages if m["role"] == "assistant"])
-    if rounds > 0:
-        _say(f"  sidecar held {rounds} repair round(s) with the model on the agent's behalf")
-    _say(f"  → {scene.explain}")
+    demo.say(line("why", scene.explain))
 
 
-async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> int:
-    """`rejection_log`: keep the log there (for `sidecar rejections top/promote`), not in a temp dir."""
+async def _status(admin_url: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as http, http.get(f"{admin_url}/v1/status") as response:
+        response.raise_for_status()
+        status: dict[str, Any] = await response.json()
+        return status
+
+
+def _summary(result: DemoResult, admin_url: str, say: Say) -> None:
+    say(f"\n== What the sidecar counted: GET {admin_url}/v1/status (what `sidecar status` prints)")
+    tools = sorted(result.counted)
+    rows = [[VERDICT_WORDS[v], *(result.counted[t].get(v.value, 0) for t in tools)] for v in Verdict]
+    rows.append(["calls", *(sum(result.counted[t].values()) for t in tools)])
+    text = table(["", *tools], rows, [Align.LEFT] + [Align.RIGHT] * len(tools))
+    for row in text.splitlines():
+        say(f"  {row}")
+    say(f"  repair rounds held on the agent's behalf: {result.repair_rounds_counted}")
+    if result.agrees:
+        say("  These are exactly the verdicts and repair rounds the scenes above showed.")
+    else:
+        say(
+            f"  MISMATCH: the scenes showed {result.shown} and {result.repair_rounds_shown} repair rounds; "
+            f"/v1/status counted {result.counted} and {result.repair_rounds_counted}"
+        )
+
+
+def _what_next(say: Say, rejection_log: Path | None) -> None:
+    say("\n== What next")
+    say("  1. Put it in front of your own agent (no code change, only the base URL):")
+    say(f"       sidecar run --policies {POLICIES}   # proxy 127.0.0.1:8080, admin 127.0.0.1:9477")
+    say("       export ANTHROPIC_BASE_URL=http://127.0.0.1:8080")
+    say("       export OPENAI_BASE_URL=http://127.0.0.1:8080/v1")
+    say("     Start with SIDECAR_ENFORCEMENT__MODE=observe to only log what it would refuse.")
+    say("  2. See what it counts: sidecar status; curl -s http://127.0.0.1:9477/metrics | grep ^sidecar_")
+    say("  3. Edit a policy: the library this demo ran is policies/ in the repository (sidecar.rego, data.json);")
+    say("     copy it, change data.json (blocked domains, approval groups, side effects), check it with")
+    say("     `sidecar policy test DIR`, run it with `sidecar run --policies DIR` (reloaded on every edit).")
+    if rejection_log is not None:
+        say(f"  4. What was refused, grouped: sidecar rejections top {rejection_log}")
+
+
+async def play(say: Say = _print, rejection_log: str | None = None, verbose: bool = False) -> DemoResult:
+    """Every scene through one sidecar; returns what was shown and what was counted."""
+    if not await asyncio.to_thread(Path(POLICIES).is_dir):
+        raise RuntimeError(f"the demo's policy library is not installed: {POLICIES} is missing")
     with tempfile.TemporaryDirectory(prefix="sidecar-demo-") as tmp:
         log = Path(rejection_log) if rejection_log else Path(tmp) / "rejections.jsonl"
         async with ScriptedModel([]) as model:
@@ -69,7 +166,8 @@ async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> i
                     "anthropic_upstream": model.url,
                     "openai_upstream": model.url,
                     "rejection_log": {"path": str(log)},
-                    "policies": str(_POLICIES) if _POLICIES.is_dir() else None,
+                    "policies": POLICIES,
+                    "admin_token": ADMIN_TOKEN,
                 },
                 environ={},
             )
@@ -78,29 +176,33 @@ async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> i
 
                 configure_logging("info")
             sidecar = await start(settings)
-            _say(f"scripted model on {model.url}; sidecar proxy on {sidecar.proxy_url}, admin on {sidecar.admin_url}")
+            say("sidecar demo: a support agent (official Anthropic SDK) and a scripted model, through one real sidecar")
+            say(f"  scripted model  {model.url}")
+            say(f"  sidecar proxy   {sidecar.proxy_url}  (the agent's ANTHROPIC_BASE_URL)")
+            say(f"  sidecar admin   {sidecar.admin_url}  (/metrics, /v1/status, /approvals)")
+            say(f"  policy          {POLICIES}")
+            say("Each scene: what the model asks for, the sidecar's verdict, then what the model does next.")
+            demo = DemoContext(sidecar, say)
+            narrator = Narrator(say)
             try:
                 for number, scene in enumerate(SCENES, 1):
-                    if not scene.settings:
-                        await _scene(number, scene, model, sidecar, log)
-                        continue
-                    # A scene with its own settings gets its own sidecar (same model, same log).
-                    own = await start(Settings.model_validate({**settings.model_dump(), **scene.settings}))
-                    try:
-                        await _scene(number, scene, model, own, log)
-                    finally:
-                        await own.stop()
-                summary = sidecar.sidecar.metrics.status_summary()
-                _say("\n== What the sidecar counted (GET /v1/status on the admin port)")
-                for tool, stats in sorted(summary.get("tools", {}).items()):
-                    verdicts = ", ".join(f"{k} {v}" for k, v in sorted(stats["calls_by_verdict"].items()))
-                    p50 = stats["latency_seconds"]["p50"]
-                    latency = f"{p50 * 1000:.1f} ms" if p50 is not None else "n/a"
-                    _say(
-                        f"  {tool}: calls {stats['calls']} ({verdicts}); results {stats['results']}; "
-                        f"p50 tool latency {latency}; replays {stats['replays']}; repairs {stats['repairs']}"
-                    )
+                    await _scene(number, scene, model, demo, narrator)
+                await sidecar.sidecar.rejections.aflush()
+                status = await _status(sidecar.admin_url)
+                result = DemoResult(narrator.verdicts(), narrator.repair_rounds, status, demo.commands)
             finally:
                 await sidecar.stop()
+        _summary(result, sidecar.admin_url, say)
+        _what_next(say, Path(rejection_log) if rejection_log else None)
+    return result
+
+
+async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> int:
+    """`sidecar demo`: exit 1 if the counters disagree with what the scenes showed."""
+    try:
+        result = await play(rejection_log=rejection_log, verbose=verbose)
+    except RuntimeError as exc:  # no policy library, a CLI step that failed: say so, no traceback
+        print(f"sidecar demo: {exc}", file=sys.stderr)
+        return 1
     sys.stdout.flush()
-    return 0
+    return 0 if result.agrees else 1

@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING
 from sidecar.scripted import ToolCallSpec, Turn
 
 if TYPE_CHECKING:
-    from sidecar.app import Running
+    from sidecar.demo.runner import DemoContext
+
+
+# A person acting between two user turns (the support lead approving), given the demo's
+# context: `run(*argv)` runs a real `sidecar …` command and prints it with its output.
+Step = Callable[["DemoContext"], Awaitable[None]]
 
 
 @dataclass
@@ -18,15 +23,8 @@ class Scene:
     user: str
     turns: list[Turn]
     explain: str
-    settings: dict[str, object] = field(default_factory=dict)
-
-
-@dataclass
-class HumanScene(Scene):
-    """`then` lists (step, next user message): the runner calls the step with the running
-    sidecar and the printer (a person acting between turns), then runs the next user turn."""
-
-    then: list[tuple[Callable[[Running, Callable[[str], None]], Awaitable[None]], str]] = field(default_factory=list)
+    # (step, next user message): the runner runs the step, then the next user turn.
+    then: list[tuple[Step, str]] = field(default_factory=list)
 
 
 SEARCH_OK = ToolCallSpec("support_tickets_search", {"query": "refund", "status": "OPEN", "limit": 5})
@@ -39,29 +37,19 @@ _SEND_OUTSIDE = ToolCallSpec(
     "support_replies_send",
     {"ticket_id": "T-1042", "to": "bob@partner.example.org", "body": "Your refund was approved."},
 )
-_DEMO_ADMIN_TOKEN = "demo-admin-token-not-a-secret"
 _SEND_TO_BLOCKED_DOMAIN = ToolCallSpec(
     "support_replies_send",
     {"ticket_id": "T-1042", "to": "ana.refund@mailinator.com", "body": "Your refund was issued today."},
 )
 
 
-async def _support_lead_approves(sidecar: Running, say: Callable[[str], None]) -> None:
-    """What a support lead does: list pending approvals, approve the one for this call."""
-    import aiohttp
-
-    auth = {"Authorization": f"Bearer {_DEMO_ADMIN_TOKEN}"}
-    async with aiohttp.ClientSession(headers=auth) as http:
-        async with http.get(f"{sidecar.admin_url}/approvals") as response:
-            [waiting] = (await response.json())["approvals"]
-        say(
-            f"  support lead → sidecar approvals list: {waiting['id']} {waiting['tool']} "
-            f"to {waiting['arguments']['to']} ({waiting['group']})"
-        )
-        body = {"by": "lee", "comment": "partner address, fine"}
-        async with http.post(f"{sidecar.admin_url}/approvals/{waiting['id']}/approve", json=body) as response:
-            decided = await response.json()
-        say(f"  support lead → sidecar approvals approve {decided['id']} --by lee → {decided['status']}")
+async def _support_lead_approves(demo: DemoContext) -> None:
+    """What a support lead does, with the real CLI: list what waits, approve this one call."""
+    listing = await demo.run("approvals", "list")
+    waiting = [line.split()[0] for line in listing.splitlines()[1:] if line.startswith("apr_")]
+    if len(waiting) != 1:
+        raise RuntimeError(f"expected one pending approval, the list shows {len(waiting)}")
+    await demo.run("approvals", "approve", waiting[0], "--by", "lee", "--comment", "partner address, fine")
 
 
 SCENES: list[Scene] = [
@@ -69,10 +57,10 @@ SCENES: list[Scene] = [
         "A normal turn: nothing to change, the sidecar only watches",
         "Find open refund tickets",
         [Turn(text="Let me search.", tool_calls=[SEARCH_OK]), Turn(text="Ticket T-1042 is waiting for a refund.")],
-        "Every call was checked against its declared schema and allowed.",
+        "The call matched the JSON Schema the agent declared for the tool, so it passed untouched.",
     ),
     Scene(
-        "Argument lockdown: a sloppy call is refused, repaired by the model, then allowed",
+        "Argument lockdown: a sloppy call is refused, the model corrects it",
         "Any open refund tickets? Show 10.",
         [
             Turn(
@@ -87,10 +75,11 @@ SCENES: list[Scene] = [
             ),
             Turn(text="One open refund ticket: T-1042."),
         ],
-        'The agent never saw the call with "open" and "10": the model got a structured error and fixed it.',
+        'The agent only saw the corrected call: the model was told which fields were wrong ("open" is not '
+        '"OPEN", "10" is a string) and what was expected, and fixed both.',
     ),
     Scene(
-        "Replay: the model sends the same reply twice; the second is answered from the ledger",
+        "Replay: the model sends the same email twice; the second is answered from the ledger",
         "Tell the customer of T-1042 that the refund was issued.",
         [
             Turn(text="Sending the reply.", tool_calls=[_SEND_REFUND_NOTE]),
@@ -100,12 +89,11 @@ SCENES: list[Scene] = [
                 "again. The customer has been told."
             ),
         ],
-        'The agent ran the send once. The repeat never reached it: the model was told "this was already '
-        "done at …\" with the original call's time and result (status replayed).",
-        settings={"tools": {"support_replies_send": {"side_effects": True}}},
+        "support_replies_send has side effects (data.json), so an identical repeat in the same session never "
+        "reaches the agent: the model gets the first call's time and result instead. One email went out.",
     ),
-    HumanScene(
-        "Human approval: a reply to an outside address waits for a support lead, then goes through once",
+    Scene(
+        "Human approval: an email to an outside address waits for a support lead, then goes out once",
         "Tell bob@partner.example.org that the refund for T-1042 was approved.",
         [
             Turn(text="Sending the reply.", tool_calls=[_SEND_OUTSIDE]),
@@ -116,16 +104,13 @@ SCENES: list[Scene] = [
             Turn(text="It is approved now; sending.", tool_calls=[_SEND_OUTSIDE]),
             Turn(text="Done: Bob has been told."),
         ],
-        "The first call never reached the agent: the model was told it awaits approval (with the id). "
-        "After the support lead approved that exact call on the admin port, the identical call went "
-        "through, once; a model cannot approve anything itself.",
-        settings={
-            "admin_token": _DEMO_ADMIN_TOKEN,
-        },
+        "The policy (data.json: approval for recipients outside example.com) held the call. Only a person "
+        "with the admin token can approve, with the real CLI above; the approval covers exactly this call "
+        "(session, tool, arguments) and lets it through once.",
         then=[(_support_lead_approves, "It is approved, please send it now.")],
     ),
     Scene(
-        "Policy: a reply to a blocked domain is denied, and the model tells the user why",
+        "Policy: an email to a blocked domain is denied, and the model tells the user why",
         "Send the refund confirmation for T-1042 to ana.refund@mailinator.com.",
         [
             Turn(text="Sending the confirmation.", tool_calls=[_SEND_TO_BLOCKED_DOMAIN]),
@@ -134,7 +119,7 @@ SCENES: list[Scene] = [
                 "domain). Shall I send it to the customer's address on file instead?"
             ),
         ],
-        "The Rego policy (policies/data.json: blocked_recipients of support_replies_send) denied the call. "
-        "The model got {status: denied, reasons: [...]} in a repair round and explained it; the send never ran.",
+        "The Rego policy refuses replies to blocked domains (data.json: blocked_recipients). The model got "
+        "the reason and told the user; nothing was sent.",
     ),
 ]

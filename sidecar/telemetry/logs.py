@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from datetime import UTC, datetime
 from typing import IO, Any
 
 import orjson
 from opentelemetry import trace
 
 from sidecar.telemetry.redact import DEFAULT_KEY_PATTERNS, key_matcher, redact, redact_text
+from sidecar.timefmt import iso_utc
 
 LOGGER_NAME = "sidecar"
 # Header names never to be logged, on top of the configurable credential keys
@@ -44,8 +44,7 @@ logger = logging.getLogger(LOGGER_NAME)
 
 
 def _time(created: float) -> str:
-    stamp = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
+    return iso_utc(created, "milliseconds")
 
 
 def trace_ids() -> dict[str, str]:

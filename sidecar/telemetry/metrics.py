@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
+from sidecar.timefmt import iso_utc
+
 OTHER = "other"
 
 # Buckets sized for what each histogram measures (seconds).
@@ -542,6 +544,7 @@ class Metrics:
                 "repairs": repairs_n,
             }
         return {
+            "started_at": iso_utc(self._started),
             "uptime_seconds": round(time.time() - self._started, 3),
             "tools": tools,
             "tool_labels": {"declared": len(self.tools), "cap": self.tools.cap},

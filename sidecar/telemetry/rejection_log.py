@@ -17,8 +17,8 @@ import queue
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from typing import IO, Any
 
 import orjson
@@ -31,6 +31,7 @@ from sidecar.telemetry.redact import (
     redact,
     redact_text,
 )
+from sidecar.timefmt import iso_utc
 
 log = logging.getLogger("sidecar.telemetry.rejection_log")
 
@@ -43,7 +44,7 @@ _QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
 
 def utc_now() -> str:
     """RFC 3339 UTC with milliseconds, e.g. 2026-11-30T10:00:00.123Z."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_utc(time.time(), "milliseconds")
 
 
 def _error_json(error: Any) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from typing import IO, Any
 
 import orjson
 
+from sidecar.cli_output import Align, clip, table
+
 _QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?!\w)")
 _INDEX = [(re.compile(r"\[\d+\]"), "[*]"), (re.compile(r"(?<=[./])\d+(?=[./]|$)"), "*")]
@@ -159,37 +161,18 @@ def group_rejections(records: Iterable[dict[str, Any]]) -> list[Group]:
     return sorted(groups.values(), key=lambda g: (-g.count, g.key))
 
 
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def format_table(groups: list[Group], limit: int | None = None) -> str:
     """A plain-text table: count, tool, field, kind, problem, example."""
     shown = groups[:limit] if limit else groups
-    rows = [("COUNT", "TOOL", "FIELD", "KIND", "PROBLEM", "EXAMPLE")]
+    rows = []
     for g in shown:
         example = g.example_problem
         if g.example.get("arguments") is not None:
             example += "  args=" + orjson.dumps(g.example["arguments"]).decode()
         rows.append(
-            (
-                str(g.count),
-                _clip(g.tool, 30),
-                _clip(g.field or "-", 30),
-                g.kind,
-                _clip(g.problem, 60),
-                _clip(example, 80),
-            )
+            [g.count, clip(g.tool, 30), clip(g.field or "-", 30), g.kind, clip(g.problem, 60), clip(example, 80)]
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = [
-        "  ".join(
-            cell.rjust(widths[0]) if i == 0 else cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(row)
-        ).rstrip()
-        for row in rows
-    ]
-    return "\n".join(lines) + "\n"
+    return table(["COUNT", "TOOL", "FIELD", "KIND", "PROBLEM", "EXAMPLE"], rows, [Align.RIGHT])
 
 
 def _fixture(group: Group) -> dict[str, Any]:
@@ -326,16 +309,30 @@ def _duration_arg(text: str) -> str:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add `rejections top|promote` to a subparsers object; each sets `func(args) -> int`."""
-    parser: argparse.ArgumentParser = subparsers.add_parser("rejections", help="analyse the rejected-payload log")
-    sub = parser.add_subparsers(dest="rejections_command", required=True)
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "rejections",
+        help="analyse the rejected-payload log",
+        description="Read the rejected-payload log (rejection_log.path; JSON lines, rotated files too) to see "
+        "which tool descriptions need work, and to turn recurring problems into regression tests.",
+    )
+    sub = parser.add_subparsers(dest="rejections_command", required=True, metavar="ACTION")
 
-    top = sub.add_parser("top", help="most frequent rejection problems")
+    top = sub.add_parser(
+        "top",
+        help="most frequent rejection problems",
+        description="Group refused calls by (tool, field, kind, problem) and list the most frequent groups.",
+    )
     top.add_argument("files", nargs="+", metavar="FILE", help='rejection log files ("-" = stdin)')
     top.add_argument("--since", type=_duration_arg, default=None, help="e.g. 30m, 24h, 7d")
     top.add_argument("--limit", type=int, default=20, help="rows to show (default 20)")
     top.set_defaults(func=cmd_top)
 
-    prom = sub.add_parser("promote", help="turn recurring rejections into regression tests")
+    prom = sub.add_parser(
+        "promote",
+        help="turn recurring rejections into regression tests",
+        description="Write one JSON fixture per recurring problem plus a pytest module that checks each is "
+        "still refused (copy them into the agent's repository).",
+    )
     prom.add_argument("files", nargs="+", metavar="FILE", help='rejection log files ("-" = stdin)')
     prom.add_argument("--out", required=True, metavar="DIR", help="output directory")
     prom.add_argument("--min-count", type=int, default=1, help="minimum occurrences (default 1)")

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import urllib.error
 import urllib.request
 from typing import Any, TextIO
 
-DEFAULT_ADMIN_URL = "http://127.0.0.1:9477"
+from sidecar.cli_output import Align, add_admin_url_argument, table
+from sidecar.timefmt import duration
+
+# The verdicts a call can get; `replay` = answered from the ledger instead of reaching the agent.
 VERDICTS = ("allow", "reject", "deny", "approval", "replay")
 
 
@@ -37,63 +39,54 @@ def fetch_status(admin_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
 
 
 def _ms(seconds: Any) -> str:
-    return (
-        "-"
-        if not isinstance(seconds, (int, float))
-        else f"{seconds * 1000:.0f}ms"
-        if seconds >= 0.01
-        else f"{seconds * 1000:.1f}ms"
-    )
+    if not isinstance(seconds, (int, float)):
+        return "-"
+    return f"{seconds * 1000:.0f}ms" if seconds >= 0.01 else f"{seconds * 1000:.1f}ms"
 
 
 def _rate(value: Any) -> str:
     return "-" if not isinstance(value, (int, float)) else f"{value * 100:.1f}%"
 
 
-def _table(rows: list[list[str]], out: TextIO) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for n, row in enumerate(rows):
-        pairs = enumerate(zip(row, widths, strict=True))
-        cells = [cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in pairs]
-        out.write("  ".join(cells).rstrip() + "\n")
-        if n == 0:
-            out.write("  ".join("-" * w for w in widths) + "\n")
+def _headline(status: dict[str, Any]) -> str:
+    line = f"sidecar: {'ready' if status.get('ready') else 'NOT READY'}"
+    if isinstance(status.get("uptime_seconds"), (int, float)):
+        line += f", up {duration(status['uptime_seconds'])}"
+    if status.get("started_at"):
+        line += f" (since {status['started_at']})"
+    return line + "\n\n"
 
 
 def render(status: dict[str, Any], out: TextIO) -> None:
-    """Per tool: calls by verdict, p50/p95 latency, error rate, replays, repairs; then health."""
-    summary = status.get("tools") or {}
-    tools = summary.get("tools") if isinstance(summary.get("tools"), dict) else {}
-    ready = status.get("ready")
-    out.write(f"sidecar: {'ready' if ready else 'NOT READY'}")
-    if isinstance(summary.get("uptime_seconds"), (int, float)):
-        out.write(f", up {summary['uptime_seconds']:.0f}s")
-    out.write("\n\n")
+    """Per tool: calls by verdict, p50/p95 latency, error rate, repairs; then health."""
+    tools = status.get("tools") if isinstance(status.get("tools"), dict) else {}
+    out.write(_headline(status))
     if tools:
-        rows = [["tool", "calls", *VERDICTS, "p50", "p95", "errors", "replays", "repairs"]]
+        header = ["tool", "calls", *VERDICTS, "p50", "p95", "errors", "repairs"]
+        rows = []
         for name, stats in sorted(tools.items()):
             verdicts = stats.get("calls_by_verdict") or {}
             latency = stats.get("latency_seconds") or {}
             rows.append(
                 [
                     name,
-                    str(stats.get("calls", 0)),
-                    *(str(verdicts.get(v, 0)) for v in VERDICTS),
+                    stats.get("calls", 0),
+                    *(verdicts.get(v, 0) for v in VERDICTS),
                     _ms(latency.get("p50")),
                     _ms(latency.get("p95")),
                     _rate(stats.get("error_rate")),
-                    str(stats.get("replays", 0)),
-                    str(stats.get("repairs", 0)),
+                    stats.get("repairs", 0),
                 ]
             )
-        _table(rows, out)
+        out.write(table(header, rows, [Align.LEFT] + [Align.RIGHT] * (len(header) - 1), rule=True))
+        out.write("(replay: answered from the ledger; p50/p95: tool latency, call delivered to result)\n")
     else:
         out.write("no tool calls seen yet\n")
-    repairs = summary.get("repair_rounds") or {}
-    labels = summary.get("tool_labels") or {}
+    repairs = status.get("repair_rounds") or {}
+    labels = status.get("tool_labels") or {}
     out.write(
         f"\nrepair rounds: {repairs.get('corrected', 0)} corrected, {repairs.get('exhausted', 0)} exhausted"
-        f"; approvals pending: {summary.get('approvals_pending', 0)}"
+        f"; approvals pending: {status.get('approvals_pending', 0)}"
         f"; tool labels: {labels.get('declared', 0)}/{labels.get('cap', '?')}\n"
     )
     components = status.get("components") or {}
@@ -113,18 +106,19 @@ def _status(args: argparse.Namespace) -> int:
         print(f"sidecar status: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        sys.stdout.write(json.dumps(status, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps(status, indent=2, ensure_ascii=False) + "\n")
     else:
         render(status, sys.stdout)
     return 0 if status.get("ready", True) else 1
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("status", help="per-tool summary and component health from the admin port")
-    parser.add_argument(
-        "--admin-url",
-        default=os.environ.get("SIDECAR_ADMIN_URL", DEFAULT_ADMIN_URL),
-        help=f"admin port URL (default $SIDECAR_ADMIN_URL or {DEFAULT_ADMIN_URL})",
+    parser = subparsers.add_parser(
+        "status",
+        help="per-tool summary and component health from the admin port",
+        description="The admin port's /v1/status as a table: calls per tool by verdict, tool latency, error rate, "
+        "repair rounds, and the health of each component. Exit 0 when ready, 1 when not ready or unreachable.",
     )
-    parser.add_argument("--json", action="store_true", help="print the raw /v1/status JSON")
+    add_admin_url_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print the /v1/status JSON as the API returns it")
     parser.set_defaults(func=_status)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 
 import aiohttp
+import pytest
 
 from sidecar.model import ToolCall
 from sidecar.scripted import Turn
+from sidecar.timefmt import parse_iso
 from tests.approvals.conftest import OUTSIDE, SEND_SCHEMA, TOKEN, TOOLS, admin, cli, metric, pending, send
 from tests.e2e.agents import AGENTS
 
@@ -152,6 +156,24 @@ async def test_list_show_filters_and_errors(start_approvals):
     assert second.id in listed.out and first.id not in listed.out
     shown_cli = await cli(running.admin_url, "show", second.id)
     assert shown_cli.code == 0 and '"api_key": "[REDACTED]"' in shown_cli.out
+
+    # --json prints exactly the API's document; times are ISO-8601 UTC everywhere.
+    for args, path in (
+        (("list",), "/approvals"),
+        (("list", "--status", "all"), "/approvals?status=all"),
+        (("show", first.id), f"/approvals/{first.id}"),
+    ):
+        as_json = await cli(running.admin_url, *args, "--json")
+        assert as_json.code == 0 and json.loads(as_json.out) == (await admin(running, "GET", path))[1]
+    _, denied = await admin(running, "GET", f"/approvals/{first.id}")
+    iso = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+    assert all(iso.match(denied[key]) for key in ("created", "expires", "decided_at")), denied
+    assert parse_iso(denied["created"]) == pytest.approx(first.created, abs=1)
+    assert not {"created_at", "expires_at", "decided_at_iso"} & set(denied)  # one name per time
+    created_line = next(line for line in shown_cli.out.splitlines() if line.startswith("created"))
+    assert re.fullmatch(r"created\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(\d+s ago\)", created_line), created_line
+    row = next(line for line in listed.out.splitlines() if line.startswith(second.id))
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(in \d+m\d\ds\)", row), row
 
     assert (await admin(running, "GET", "/approvals/apr_nope"))[0] == 404
     status, body = await admin(running, "POST", "/approvals/apr_nope/approve")

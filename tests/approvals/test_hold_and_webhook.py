@@ -131,8 +131,8 @@ async def test_webhook_is_retried_until_delivered(model, start_approvals):
             "reasons": waiting["reasons"],
             "arguments": OUTSIDE,
             "args_hash": waiting["args_hash"],
-            "created": waiting["created_at"],
-            "expires": waiting["expires_at"],
+            "created": waiting["created"],  # the same ISO-8601 UTC times as the admin API
+            "expires": waiting["expires"],
             "approve_url": base + "/approve",
             "deny_url": base + "/deny",
             "show_url": base,

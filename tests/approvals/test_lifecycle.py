@@ -11,6 +11,7 @@ import redis
 from sidecar.app import start
 from sidecar.config import load_settings
 from sidecar.scripted import Turn
+from sidecar.timefmt import parse_iso
 from tests.approvals.conftest import OUTSIDE, TOKEN, TOOLS, admin, cli, metric, pending, send
 from tests.e2e.agents import AGENTS
 
@@ -78,7 +79,7 @@ async def test_expiry(model, start_approvals, tmp_path):
     await agent.ask(stream=False)
     [first] = await pending(running)
     agent.answer({})
-    assert first["expires"] == pytest.approx(now[0] + 3600)  # ttl_s of the policy data
+    assert parse_iso(first["expires"]) == pytest.approx(now[0] + 3600, abs=1)  # ttl_s of the policy data
 
     now[0] += 3601
     assert await pending(running) == []  # reads as expired at once

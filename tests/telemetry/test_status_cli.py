@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,16 +50,28 @@ async def test_status_table_and_json(
     code, out, _ = await _cli(capsys, "status", "--admin-url", running.admin_url, "--json")
     assert code == 0
     status = json.loads(out)
-    stats = status["tools"]["tools"]["list_orders"]
+    stats = status["tools"]["list_orders"]  # flat: no tools.tools
     assert stats["calls_by_verdict"] == {"reject": 1, "allow": 1}
     assert stats["results"] == {"ok": 1, "error": 0}
     assert status["ready"] is True
     assert {"rejection_log", "policy", "state"} <= set(status["components"])
+    # One flat document, the same as GET /v1/status; its times are ISO-8601 UTC.
+    assert set(status) == {
+        "ready",
+        "started_at",
+        "uptime_seconds",
+        "tools",
+        "tool_labels",
+        "repair_rounds",
+        "approvals_pending",
+        "components",
+    }
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", status["started_at"])
 
     code, table, _ = await _cli(capsys, "status", "--admin-url", running.admin_url)
     assert code == 0
     lines = table.splitlines()
-    assert lines[0].startswith("sidecar: ready")
+    assert re.fullmatch(r"sidecar: ready, up \d+s \(since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)", lines[0]), lines[0]
     header = lines[2].split()
     assert header == [
         "tool",
@@ -71,14 +84,13 @@ async def test_status_table_and_json(
         "p50",
         "p95",
         "errors",
-        "replays",
         "repairs",
     ]
     row = next(line.split() for line in lines if line.startswith("list_orders"))
     assert row[:7] == ["list_orders", "2", "1", "1", "0", "0", "0"]
     assert row[7].endswith("ms") and row[8].endswith("ms")
     assert row[9] == "0.0%"
-    assert row[11] == "1"  # one repair
+    assert row[10] == "1"  # one repair
     assert "repair rounds: 1 corrected, 0 exhausted" in table
     assert any(line.split()[:2] == ["policy", "ok"] for line in lines)
 
@@ -98,7 +110,7 @@ async def test_status_admin_url_from_environment_and_unreachable(
 
 def test_render_not_ready_component() -> None:
     out = io.StringIO()
-    render({"ready": False, "tools": {"tools": {}}, "components": {"state": {"ok": False, "error": "down"}}}, out)
+    render({"ready": False, "tools": {}, "components": {"state": {"ok": False, "error": "down"}}}, out)
     text = out.getvalue()
     assert text.startswith("sidecar: NOT READY")
     assert "state            FAILING  (error=down)" in text
