@@ -26,9 +26,12 @@ from sidecar.guards.results import ResultMatcher
 from sidecar.handler import ProxyHandler, RepairChannel
 from sidecar.model import Provider
 from sidecar.policy import EmbeddedEngine, build_engine
+from sidecar.policy.inputs import agent_identity
 from sidecar.policy.results import ResultPolicy
 from sidecar.policy.tool_list import ToolListFilter
 from sidecar.proxy.upstream import Upstreams
+from sidecar.schemas.drift import DriftWatch
+from sidecar.schemas.inventory import ToolInventory
 from sidecar.state import build_store
 from sidecar.state.continuations import Continuations
 from sidecar.telemetry.logs import log_event
@@ -50,7 +53,10 @@ class Sidecar:
         self.settings = settings
         self.metrics = Metrics(settings.telemetry.tool_label_cap)
         self.rejections = RejectionLog.from_settings(settings.rejection_log, self.metrics)
-        self.addons = Addons([TelemetryAddon(self.metrics, self.rejections)])
+        # Latest declaration of each tool (GET /v1/tools); fed per request by the drift watch.
+        self.tool_inventory = ToolInventory(settings.inventory)
+        drift = DriftWatch(self.tool_inventory, self.metrics, agent_identity(settings)["id"])
+        self.addons = Addons([TelemetryAddon(self.metrics, self.rejections, drift)])
         # Traces only when an OTLP endpoint is configured: otherwise no addon, no cost.
         self.tracing = tracing_from_settings(settings.telemetry)
         if self.tracing is not None:

@@ -120,6 +120,15 @@ class ApprovalSettings(_Section):
     admin_url: str | None = None
 
 
+class InventorySettings(_Section):
+    """The tool inventory (`GET /v1/tools`): the latest declaration of each tool per agent and
+    provider, least recently declared first out when either bound is reached."""
+
+    max_entries: int = Field(1000, ge=1)
+    # Canonical JSON bytes of the kept declarations (name, description, schema).
+    max_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+
+
 class TelemetrySettings(_Section):
     tool_label_cap: int = Field(200, ge=1)
     otlp_endpoint: str | None = None
@@ -150,6 +159,7 @@ class Settings(_Section):
     state: StateSettings = Field(default_factory=StateSettings)
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    inventory: InventorySettings = Field(default_factory=InventorySettings)
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
     # Who the agent is, for the policy input (`input.agent`). Unset: the pod's POD_NAME /
     # POD_NAMESPACE (Downward API), else empty.

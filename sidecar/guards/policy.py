@@ -17,6 +17,7 @@ from sidecar.model import Verdict, VerdictKind
 from sidecar.policy import Decision, PolicyEngine, apply_mode
 from sidecar.policy.engine import error_decision
 from sidecar.policy.inputs import Clock, SessionCounter, agent_identity, base_input, session_counts
+from sidecar.schemas.drift import previous_schema_hash
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 
@@ -116,6 +117,7 @@ class PolicyGuard(Guard):
             "name": call.name,
             "declared": declaration is not None,
             "schema_hash": declaration.schema_hash if declaration is not None else "",
+            "previous_schema_hash": previous_schema_hash(exchange.scratch, call.name),
         }
         document["call"] = {
             "id": call.id,

@@ -2,38 +2,31 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from sidecar.addons import Addon
 from sidecar.context import CallCheck, Exchange
 from sidecar.model import Verdict
+from sidecar.schemas.drift import DriftWatch
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.rejection_log import RejectionLog
 
-_SCHEMA_MEMORY = 4096
 _REPAIR_TOOLS = "telemetry.repair_tools"
 
 
 class TelemetryAddon(Addon):
     name = "telemetry"
 
-    def __init__(self, metrics: Metrics, rejections: RejectionLog) -> None:
+    def __init__(self, metrics: Metrics, rejections: RejectionLog, drift: DriftWatch | None = None) -> None:
         self.metrics = metrics
         self.rejections = rejections
-        # Last schema hash seen per tool, to count declaration changes (bounded LRU).
-        self._schemas: OrderedDict[str, str] = OrderedDict()
+        # Tool inventory and drift (schema-change counter, diff log line, previous hash).
+        self.drift = drift
 
     async def request(self, exchange: Exchange) -> None:
-        for name, declaration in exchange.view.declarations.items():
+        for name in exchange.view.declarations:
             self.metrics.declare_tool(name)
-            previous = self._schemas.get(name)
-            if previous is not None and previous != declaration.schema_hash:
-                self.metrics.schema_change(name)
-            self._schemas[name] = declaration.schema_hash
-            self._schemas.move_to_end(name)
-        while len(self._schemas) > _SCHEMA_MEMORY:
-            self._schemas.popitem(last=False)
+        if self.drift is not None:
+            self.drift.observe(exchange.provider.value, exchange.view.declarations, exchange.scratch)
         for tool in exchange.hidden_tools:
             self.metrics.tool_hidden(tool)
 
