@@ -124,7 +124,7 @@ def _types(node: Any) -> list[str]:
     if isinstance(kind, str):
         return [kind]
     if isinstance(kind, list):
-        return sorted(t for t in kind if isinstance(t, str))
+        return [t for t in kind if isinstance(t, str)]  # as written: a reorder is a change too
     for key in ("anyOf", "oneOf"):
         branches = node.get(key)
         if isinstance(branches, list) and _pure_type_union(branches):
@@ -191,7 +191,7 @@ def _diff_node(tool: str, old: Any, new: Any, path: _PATH) -> list[Change]:
     for key in _other_keywords(old, new):
         if key == "items" and key in old and key in new:
             continue  # walked above
-        if key in ("anyOf", "oneOf") and _pure_type_union(old.get(key)) and _pure_type_union(new.get(key)):
+        if key in ("anyOf", "oneOf") and old_types != new_types and _type_only(old, new, key):
             continue  # reported as a type change above
         before, after = old.get(key, _ABSENT), new.get(key, _ABSENT)
         if before is _ABSENT or after is _ABSENT or _canon(before) != _canon(after):
@@ -207,6 +207,11 @@ def _diff_node(tool: str, old: Any, new: Any, path: _PATH) -> list[Change]:
                 )
             )
     return out
+
+
+def _type_only(old: dict[str, Any], new: dict[str, Any], key: str) -> bool:
+    """Both sides' `key` is absent or a union of pure types (`str | None`): the type says it."""
+    return all(key not in side or _pure_type_union(side[key]) for side in (old, new))
 
 
 def _other_keywords(old: dict[str, Any], new: dict[str, Any]) -> Iterator[str]:
