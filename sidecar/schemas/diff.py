@@ -143,7 +143,9 @@ def _pure_type_union(branches: Any) -> bool:
 def _summary(node: Any, required: bool | None) -> str:
     """`integer, required` — how an added or removed field is shown."""
     types = _types(node)
-    text = _type_text(types) if types else ("enum" if isinstance(node, dict) and "enum" in node else "(any)")
+    text = _type_text(types) if types else ("" if isinstance(node, dict) and "enum" in node else "(any)")
+    if isinstance(node, dict) and isinstance(node.get("enum"), list):
+        text = f"{text} enum {_shown(node['enum'])}".strip()
     return text if required is None else f"{text}, {'required' if required else 'optional'}"
 
 
