@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -414,3 +415,13 @@ def test_fix_fragments_are_the_corrected_schema() -> None:
     assert case.fix_schema["enum"] == ["accepted", "remind_later"]
     naming = lint_file(load_document(NAMES_MIXED, "case.json"), Settings(), Lockdown())[2]
     assert any("'search_invoices'" in f.fix for f in naming.findings if f.rule is Rule.INCONSISTENT_NAMING)
+
+
+def test_docs_list_every_rule_with_its_severity() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "schemas.md").read_text()
+    rows = {
+        cells[1].strip("` "): cells[2].strip()
+        for line in text.splitlines()
+        if line.startswith("| `") and len(cells := line.split("|")) > 3
+    }
+    assert {rule: rows.get(rule.value) for rule in Rule} == {rule: RULES[rule][0].value for rule in Rule}
