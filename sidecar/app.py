@@ -22,6 +22,7 @@ from sidecar.exchange.state import Exchange
 from sidecar.filters.approval import ApprovalFilter
 from sidecar.filters.arguments import ArgumentsFilter
 from sidecar.filters.conversation import ProviderStateFilter
+from sidecar.filters.drift import DriftFilter
 from sidecar.filters.policy import PolicyFilter
 from sidecar.filters.replay import ReplayFilter
 from sidecar.filters.result_policy import ResultPolicy
@@ -31,9 +32,12 @@ from sidecar.filters.tool_list import ToolListFilter
 from sidecar.filters.tracing import tracing_from_settings
 from sidecar.model import Provider, RefusalReason
 from sidecar.policy import EmbeddedEngine, build_engine
+from sidecar.policy.inputs import agent_identity
 from sidecar.policy.traits import ToolTraits
 from sidecar.proxy.handler import ProxyHandler, UpstreamChannel
 from sidecar.proxy.upstream import Upstreams
+from sidecar.schemas.drift import DriftWatch
+from sidecar.schemas.inventory import ToolInventory
 from sidecar.startup import PortBindError, PortPurpose, startup_fields
 from sidecar.state import build_store
 from sidecar.state.continuations import Continuations
@@ -57,6 +61,8 @@ class Sidecar:
         self.settings = settings
         self.metrics = Metrics(settings.telemetry.tool_label_cap)
         self.rejections = RejectionLog.from_settings(settings.rejection_log, self.metrics)
+        # Latest declaration of each tool (GET /v1/tools); fed per request by the drift filter.
+        self.tool_inventory = ToolInventory(settings.inventory)
         self.upstreams = Upstreams(
             {Provider.ANTHROPIC: settings.anthropic_upstream, Provider.OPENAI: settings.openai_upstream},
             read_timeout_s=settings.upstream_timeout_s,
@@ -115,6 +121,8 @@ class Sidecar:
         filters += [
             # Metrics and logs; before tool_list, because it admits declared tool names as labels.
             TelemetryFilter(metrics, self.rejections),
+            # Declarations into the inventory; a changed one is counted and logged with its diff.
+            DriftFilter(DriftWatch(self.tool_inventory, metrics, agent_identity(s)["id"])),
             # Tool results matched to their calls (ex.results) before anyone hears them.
             ResultMatcher(state),
             ResultPolicy(s, self.policy, metrics, state),

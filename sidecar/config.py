@@ -140,6 +140,15 @@ class LimitsSettings(_Section):
     rejection_log_max_value_bytes: int = Field(4096, ge=64)
 
 
+class InventorySettings(_Section):
+    """The tool inventory (`GET /v1/tools`): the latest declaration of each tool per agent and
+    provider, least recently declared first out when either bound is reached."""
+
+    max_entries: int = Field(1000, ge=1)
+    # Canonical JSON bytes of the kept declarations (name, description, schema).
+    max_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+
+
 class TelemetrySettings(_Section):
     tool_label_cap: int = Field(200, ge=1)
     otlp_endpoint: str | None = None
@@ -194,6 +203,7 @@ class Settings(BaseSettings):
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    inventory: InventorySettings = Field(default_factory=InventorySettings)
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
     # Who the agent is, for the policy input (`input.agent`). Unset: the pod's POD_NAME /
     # POD_NAMESPACE (Downward API), else empty.

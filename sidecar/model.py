@@ -76,6 +76,13 @@ def schema_hash(schema: dict[str, Any]) -> str:
     return cached
 
 
+def declaration_hash(declaration: ToolDeclaration) -> str:
+    """sha256 of the canonical JSON of name, description and schema: everything the model is
+    shown about a tool, so a reworded description counts as a change as much as a new field."""
+    document = {"name": declaration.name, "description": declaration.description, "schema": declaration.schema}
+    return sha256_hex(canonical_json(document))
+
+
 @dataclass(slots=True)
 class ToolCall:
     """A complete client tool call made by the model.

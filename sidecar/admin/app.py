@@ -43,6 +43,11 @@ async def status(request: web.Request) -> web.Response:
     return _json({"ready": ready, **sidecar.metrics.status_summary(), "components": report})
 
 
+async def tools(request: web.Request) -> web.Response:
+    """The tool inventory: the latest declaration of each tool per agent and provider."""
+    return _json(request.app[SIDECAR_KEY].tool_inventory.to_json())
+
+
 def build_admin_app(sidecar: Sidecar) -> web.Application:
     app = web.Application()
     app[SIDECAR_KEY] = sidecar
@@ -50,6 +55,7 @@ def build_admin_app(sidecar: Sidecar) -> web.Application:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/status", status)
+    app.router.add_get("/v1/tools", tools)
     # Approvals: bearer token on every endpoint (sidecar/admin/approvals.py).
     add_approval_routes(app, sidecar.approvals, AdminAuth(sidecar.settings))
     return app

@@ -15,6 +15,7 @@ from typing import Any
 from sidecar.config import Settings
 from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import CallCheck, Exchange, ExchangeKey
+from sidecar.filters.drift import previous_schema_hash
 from sidecar.model import Verdict, VerdictKind
 from sidecar.policy import Decision, PolicyEngine, apply_mode
 from sidecar.policy.engine import error_decision
@@ -157,6 +158,7 @@ class PolicyFilter(PolicyPhase):
             "name": call.name,
             "declared": declaration is not None,
             "schema_hash": declaration.schema_hash if declaration is not None else "",
+            "previous_schema_hash": previous_schema_hash(ex, call.name),
         }
         document["call"] = {
             "id": call.id,

@@ -6,7 +6,6 @@ Best-effort: a metric or a log line that fails never changes what the agent gets
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 
 from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, RepairOutcome, ToolResultRecord
@@ -18,7 +17,6 @@ from sidecar.telemetry.rejection_log import RejectionLog
 
 log = logging.getLogger("sidecar.proxy")
 
-_SCHEMA_MEMORY = 4096
 # Tools whose calls were refused in this exchange's repair rounds (per-tool repair counts).
 _REPAIRED: ExchangeKey[set[str]] = ExchangeKey("telemetry.repaired_tools")
 
@@ -29,19 +27,10 @@ class TelemetryFilter(Filter):
     def __init__(self, metrics: Metrics, rejections: RejectionLog) -> None:
         self.metrics = metrics
         self.rejections = rejections
-        # Last schema hash seen per tool, to count declaration changes (bounded LRU).
-        self._schemas: OrderedDict[str, str] = OrderedDict()
 
     async def on_request(self, ex: Exchange) -> None:
-        for name, declaration in ex.view.declarations.items():
+        for name in ex.view.declarations:
             self.metrics.declare_tool(name)
-            previous = self._schemas.get(name)
-            if previous is not None and previous != declaration.schema_hash:
-                self.metrics.schema_change(name)
-            self._schemas[name] = declaration.schema_hash
-            self._schemas.move_to_end(name)
-        while len(self._schemas) > _SCHEMA_MEMORY:
-            self._schemas.popitem(last=False)
 
     async def on_result(self, ex: Exchange, record: ToolResultRecord) -> None:
         if DUPLICATE_RESULT not in record.anomalies and not record.resent:

@@ -8,18 +8,22 @@ Exit codes: 0 fine, 1 errors found / arguments refused, 2 unusable input.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
+from sidecar.cli_output import DEFAULT_ADMIN_URL
 from sidecar.config import LockdownSettings, Settings, load_settings
 from sidecar.dialects.base import parse_arguments
 from sidecar.lockdown.validator import Lockdown
 from sidecar.model import ToolCall, Verdict
-from sidecar.schemas.lint import SEVERITIES, ToolReport, lint_file
+from sidecar.schemas.findings import SEVERITIES, Severity, ToolReport
+from sidecar.schemas.lint import MAX_REQUIRED, LintOptions, lint_file
 from sidecar.schemas.load import LoadedFile, LoadedTool, LoadError, load_file, pointer
+from sidecar.schemas.source import read_sources
 
 _INDENT = orjson.OPT_INDENT_2
 
@@ -37,8 +41,34 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _rows(report: ToolReport, quiet: bool) -> list[str]:
+    """SEVERITY / RULE / POINTER / FIELD / FINDING rows; errors and warnings add why and fix."""
+    shown = [f for f in report.findings if not (quiet and f.severity is Severity.INFO)]
+    if not shown:
+        return ["    no findings"]
+    cells = [("SEVERITY", "RULE", "POINTER", "FIELD", "FINDING")]
+    cells += [
+        (f.severity.value, f.rule.value, _clip(f.pointer or "/", 40), _clip(f.field or "-", 30), f.message)
+        for f in shown
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(4)]
+    indent = " " * (4 + sum(w + 2 for w in widths))
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append("    " + "  ".join(c.ljust(widths[i]) if i < 4 else c for i, c in enumerate(row)).rstrip())
+        finding = shown[n - 1] if n else None
+        if finding is None or finding.severity is Severity.INFO:
+            continue
+        lines.append(f"{indent}why: {finding.why}")
+        fix = finding.fix
+        if finding.fix_schema is not None:
+            fix += ": " + _clip(orjson.dumps(finding.fix_schema).decode(), 240)
+        lines.append(f"{indent}fix: {fix}")
+    return lines
+
+
 def format_reports(reports: list[ToolReport], loaded: list[LoadedFile], quiet: bool = False) -> str:
-    """Per tool: a header line, then SEVERITY / POINTER / FIELD / FINDING rows."""
+    """Per tool: a header line, then the findings table."""
     lines: list[str] = []
     by_file: dict[str, list[ToolReport]] = {}
     for report in reports:
@@ -52,53 +82,41 @@ def format_reports(reports: list[ToolReport], loaded: list[LoadedFile], quiet: b
             lines.append(
                 f"\n  {report.tool}  ({report.dialect}, {report.location}, schema {report.schema_hash[:12]}; {counts})"
             )
-            rows = [("SEVERITY", "POINTER", "FIELD", "FINDING")]
-            rows += [
-                (f.severity, _clip(f.pointer or "/", 40), _clip(f.field or "-", 30), f.message)
-                for f in report.findings
-                if not (quiet and f.severity == "info")
-            ]
-            if len(rows) == 1:
-                lines.append("    no findings")
-                continue
-            widths = [max(len(row[i]) for row in rows) for i in range(3)]
-            for row in rows:
-                lines.append("    " + "  ".join(c.ljust(widths[i]) if i < 3 else c for i, c in enumerate(row)).rstrip())
+            lines += _rows(report, quiet)
         lines.append("")
     total = {s: sum(r.count(s) for r in reports) for s in SEVERITIES}
     lines.append(
-        f"{len(reports)} tool(s): {total['error']} error(s), {total['warning']} warning(s), {total['info']} info"
+        f"{len(reports)} tool(s): {total[Severity.ERROR]} error(s), {total[Severity.WARNING]} warning(s), "
+        f"{total[Severity.INFO]} info"
     )
     return "\n".join(lines) + "\n"
 
 
-def _load_all(paths: list[str], err: IO[str]) -> list[LoadedFile] | None:
-    loaded = []
-    for path in paths:
-        try:
-            loaded.append(load_file(path))
-        except LoadError as exc:
-            print(f"error: {exc}", file=err)
-            return None
-    return loaded
+def load_sources(args: argparse.Namespace, err: IO[str]) -> list[LoadedFile] | None:
+    """FILE arguments, then `--from` (a file or an admin URL); None (message printed) when unusable."""
+    try:
+        return read_sources(getattr(args, "files", []), args.source, args.agent, args.provider)
+    except LoadError as exc:
+        print(f"error: {exc}", file=err)
+        return None
 
 
 def cmd_lint(args: argparse.Namespace, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
-    loaded = _load_all(args.files, err)
+    loaded = load_sources(args, err)
     if loaded is None:
         return 2
     settings = _settings(args)
-    lockdown = Lockdown()
-    reports = [report for file in loaded for report in lint_file(file, settings, lockdown)]
+    lockdown, options = Lockdown(), LintOptions(max_required=args.max_required)
+    reports = [report for file in loaded for report in lint_file(file, settings, lockdown, options)]
     if args.json:
         skipped = [{"file": f.path, "pointer": w, "reason": why} for f in loaded for w, why in f.skipped]
-        summary = {s: sum(r.count(s) for r in reports) for s in SEVERITIES}
+        summary = {s.value: sum(r.count(s) for r in reports) for s in SEVERITIES}
         out.write(_dump({"tools": [r.to_json() for r in reports], "skipped": skipped, "summary": summary}) + "\n")
     else:
         out.write(format_reports(reports, loaded, args.quiet))
-    errors = sum(r.count("error") for r in reports)
-    warnings = sum(r.count("warning") for r in reports)
+    errors = sum(r.count(Severity.ERROR) for r in reports)
+    warnings = sum(r.count(Severity.WARNING) for r in reports)
     return 1 if errors or (args.strict and warnings) else 0
 
 
@@ -222,10 +240,30 @@ def cmd_check(args: argparse.Namespace, out: IO[str] | None = None, err: IO[str]
     return 1
 
 
+def _source(default: str | None) -> argparse.ArgumentParser:
+    """`--from FILE|ADMIN_URL`, `--agent`, `--provider` (shared by lint, snapshot, diff)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    where = f" (default $SIDECAR_ADMIN_URL or {DEFAULT_ADMIN_URL})" if default else ""
+    parent.add_argument(
+        "--from",
+        dest="source",
+        metavar="FILE|ADMIN_URL",
+        default=default,
+        help="a declarations file, or a running sidecar's admin URL (its /v1/tools inventory)" + where,
+    )
+    parent.add_argument("--agent", metavar="ID", help="with an admin URL: only this agent's tools")
+    parent.add_argument(
+        "--provider", metavar="NAME", help="with an admin URL: only this provider's (anthropic, openai)"
+    )
+    return parent
+
+
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add `schemas lint|show|check` to a subparsers object; each sets `func(args) -> int`."""
+    """Add `schemas lint|show|check|snapshot|diff`; each sets `func(args) -> int`."""
+    from sidecar.schemas import snapshot_cli
+
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "schemas", help="prepare tool schemas for argument lockdown (lint, show, check)"
+        "schemas", help="tool declarations: lint, show, check, snapshot, diff"
     )
     sub = parser.add_subparsers(dest="schemas_command", required=True)
     config = argparse.ArgumentParser(add_help=False)
@@ -233,10 +271,19 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     config.add_argument("--json", action="store_true", help="machine-readable output")
     files_help = 'JSON: a request body, a tools array or one tool ("-" = stdin)'
 
-    lint = sub.add_parser("lint", parents=[config], help="predict rejections and weak repair hints")
-    lint.add_argument("files", nargs="+", metavar="FILE", help=files_help)
+    lint = sub.add_parser(
+        "lint", parents=[config, _source(None)], help="the mistakes that make a model call a tool badly"
+    )
+    lint.add_argument("files", nargs="*", metavar="FILE", help=files_help)
     lint.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     lint.add_argument("-q", "--quiet", action="store_true", help="hide info rows in the table")
+    lint.add_argument(
+        "--max-required",
+        type=int,
+        default=MAX_REQUIRED,
+        metavar="N",
+        help=f"warn on more than N required parameters (default {MAX_REQUIRED})",
+    )
     lint.set_defaults(func=cmd_lint)
 
     show = sub.add_parser("show", parents=[config], help="the schema the lockdown enforces, and its hash")
@@ -251,4 +298,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--args", required=True, metavar="JSON", help="the arguments as the model wrote them (@FILE reads a file)"
     )
     check.set_defaults(func=cmd_check)
+
+    admin = _source(os.environ.get("SIDECAR_ADMIN_URL", DEFAULT_ADMIN_URL))
+    snapshot_cli.register(sub, [config, admin])
     return parser

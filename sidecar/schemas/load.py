@@ -16,6 +16,7 @@ from typing import Any
 
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Dialect
 from sidecar.dialects.base import loads
+from sidecar.lockdown import messages as msg
 from sidecar.model import ToolDeclaration
 
 _DIALECTS: tuple[Dialect, ...] = (ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES)
@@ -48,11 +49,33 @@ class LoadedFile:
     shape: str  # e.g. "anthropic request", "tools array (openai_chat)", "single tool (anthropic)"
     tools: list[LoadedTool] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (pointer, why)
+    # Set when the tools come from a sidecar's inventory (`--from ADMIN_URL`): whose they are.
+    agent: str | None = None
+    provider: str | None = None
 
 
 def pointer(parts: tuple[str | int, ...] | list[str | int]) -> str:
     """RFC 6901 JSON pointer text for path segments."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def field_label(path: tuple[str | int, ...]) -> str:
+    """`customer.email`, `items[*].sku` for a schema path made of `properties` and `items`
+    steps (the parameter a model fills); the JSON pointer for any other path."""
+    out = ""
+    i = 0
+    while i < len(path):
+        key = path[i]
+        if key == "properties" and i + 1 < len(path):
+            piece = msg.field_path([path[i + 1]])
+            out += piece if not out or piece.startswith("[") else "." + piece
+            i += 2
+        elif key == "items":
+            out += "[*]"
+            i += 1
+        else:
+            return pointer(path)
+    return out
 
 
 def dialect_of(tool: Any) -> Dialect | None:

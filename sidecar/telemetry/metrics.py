@@ -267,7 +267,7 @@ class Metrics:
         )
         self.schema_changes = Counter(
             "sidecar_tool_schema_changes",
-            "A declared tool's schema changed within a session.",
+            "A tool's declaration (description or schema) differs from the one last seen for its agent and provider.",
             ["tool"],
             registry=r,
         )

@@ -21,7 +21,12 @@ VERDICTS = ("allow", "reject", "deny", "approval", "replay")
 
 
 def fetch_status(admin_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    url = admin_url.rstrip("/") + "/v1/status"
+    return fetch_admin_json(admin_url, "/v1/status", timeout_s)
+
+
+def fetch_admin_json(admin_url: str, path: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """GET one admin endpoint's JSON object; RuntimeError says what went wrong, with the URL."""
+    url = admin_url.rstrip("/") + path
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:

@@ -66,6 +66,7 @@ async def test_input_document_follows_the_contract() -> None:
             "name": "payments_refund",
             "declared": True,
             "schema_hash": exchange.view.declarations["payments_refund"].schema_hash,
+            "previous_schema_hash": None,  # this tool's schema never changed
         },
         "call": {"id": "toolu_1", "args": {"amount": 1.0}, "args_hash": call.args_hash, "index": 0, "parallel": 1},
         "validation": {"valid": True, "errors": []},

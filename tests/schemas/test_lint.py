@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ def findings(run: Run, name: str, *flags: str) -> tuple[int, dict[str, list[dict
 
 
 def keyed(items: list[dict[str, str]]) -> set[tuple[str, str, str]]:
-    return {(f["severity"], f["code"], f["pointer"]) for f in items}
+    return {(f["severity"], f["rule"], f["pointer"]) for f in items}
 
 
 @pytest.mark.parametrize(
@@ -62,39 +63,48 @@ def test_server_tools_are_listed_as_skipped(run):
     assert "skipped /tools/1: not a client tool" in out
 
 
-def test_lenient_schema_warnings_with_pointers(run):
+def test_lenient_schema_findings_with_pointers(run):
     code, found = findings(run, "anthropic_request.json")
-    assert code == 0  # warnings only
+    assert code == 1  # a free-form object and an untyped value are errors
     got = keyed(found["orders_search"])
     assert {
-        ("warning", "optional-not-nullable", "/properties/limit"),
-        ("warning", "optional-not-nullable", "/properties/page_size"),
+        ("error", "free-form-object", "/properties/filters"),
+        ("error", "untyped", "/properties/payload"),
+        ("warning", "no-default", "/properties/limit"),
         ("warning", "no-description", "/properties/status"),
         ("warning", "enum-case-variants", "/properties/status/enum"),
-        ("warning", "free-form-object", "/properties/filters"),
         ("warning", "format-not-asserted", "/properties/phone/format"),
-        ("warning", "type-missing", "/properties/payload"),
         ("warning", "openapi-nullable", "/properties/note/nullable"),
+        ("warning", "optional-undocumented", "/properties/note"),
         ("info", "unbounded-count", "/properties/page_size"),
     } <= got
-    # Not flagged: bounded limit, asserted date format, required or untyped (null passes) properties.
+    # Not flagged: bounded limit, asserted date format, required properties with a description.
     assert ("info", "unbounded-count", "/properties/limit") not in got
     assert not any(p == "/properties/since/format" for _, _, p in got)
-    assert ("warning", "optional-not-nullable", "/properties/payload") not in got
+    assert not any(p == "/properties/query" and s != "info" for s, _, p in got)
     assert [f["severity"] for f in found["orders_search"]] == sorted(
         (f["severity"] for f in found["orders_search"]), key=["error", "warning", "info"].index
     )
 
 
+def test_every_finding_names_rule_tool_pointer_why_and_fix(run):
+    _, out, _ = run("lint", fixture("anthropic_request.json"), "--json")
+    [report] = as_json(out)["tools"]
+    free = next(f for f in report["findings"] if f["rule"] == "free-form-object")
+    assert free["tool"] == "orders_search" and free["pointer"] == "/properties/filters" and free["field"] == "filters"
+    assert "invents" in free["why"] and "properties" in free["fix"]
+    assert free["fix_schema"]["additionalProperties"] is False and "<key>" in free["fix_schema"]["properties"]
+
+
 def test_no_description_names_the_bare_hint(run):
     _, found = findings(run, "anthropic_request.json")
-    [item] = [f for f in found["orders_search"] if f["code"] == "no-description"]
+    [item] = [f for f in found["orders_search"] if f["rule"] == "no-description"]
     assert '"one of "OPEN", "CLOSED", "open""' in item["message"]
 
 
 def test_additional_properties_true_says_what_the_lockdown_does(run):
     _, found = findings(run, "openai_chat_request.json")
-    [item] = [f for f in found["refund"] if f["code"] == "additional-properties-true"]
+    [item] = [f for f in found["refund"] if f["rule"] == "additional-properties-true"]
     assert item["pointer"] == "/additionalProperties"
     assert "undeclared" in item["message"] and "pass" in item["message"]
     # …and it is true: an invented property is accepted at the root, refused in the $ref'd object.
@@ -108,7 +118,7 @@ def test_additional_properties_true_says_what_the_lockdown_does(run):
 
 def test_info_is_the_lockdowns_own_expected_text(run):
     _, found = findings(run, "anthropic_request.json")
-    info = {f["field"]: f for f in found["orders_search"] if f["code"] == "expected"}
+    info = {f["field"]: f for f in found["orders_search"] if f["rule"] == "expected"}
     assert info["limit"]["message"] == "optional; expected: integer between 1 and 100 — Max results per page"
     tool = load_file(fixture("anthropic_request.json")).tools[0]
     bad = {"query": "q", "status": "OPEN", "since": "2024-01-01", "filters": {}, "phone": "1", "limit": "10"}
@@ -129,30 +139,33 @@ def test_info_follows_refs_and_array_items(run):
 
 
 def test_clean_schemas_have_no_warnings(run):
-    for name in ("openai_responses_request.json", "single_tool.json", "tools_array.json"):
-        code, found = findings(run, name, "--strict")
-        assert code == 0, name
-        assert all(f["severity"] == "info" for items in found.values() for f in items), name
+    code, found = findings(run, "tools_array.json", "--strict")
+    assert code == 0
+    assert all(f["severity"] == "info" for items in found.values() for f in items)
 
 
-def test_bad_schemas_are_errors(run):
+def test_bad_schemas_are_errors_at_their_real_location(run):
     code, found = findings(run, "bad_schemas.json")
     assert code == 1
     assert ("error", "root-not-object", "/type") in keyed(found["not_an_object"])
-    assert {("error", "does-not-compile", ""), ("error", "unresolved-ref", "/properties/x/$ref")} <= keyed(
-        found["dangling_ref"]
-    )
-    remote = {f["code"]: f["message"] for f in found["remote_ref"]}
-    assert "never fetches it" in remote["unresolved-ref"]
-    assert "retryable: false" in remote["does-not-compile"]
-    assert ("error", "does-not-compile", "") in keyed(found["broken"])
-    assert ("warning", "free-form-object", "") in keyed(found["free_form"])
-    assert {("warning", "no-schema", ""), ("warning", "free-form-object", "")} <= keyed(found["no_schema"])
+    assert ("error", "unresolved-ref", "/properties/x/$ref") in keyed(found["dangling_ref"])
+    remote = {f["rule"]: f for f in found["remote_ref"]}
+    assert "never fetches it" in remote["unresolved-ref"]["message"]
+    assert "retryable: false" in remote["unresolved-ref"]["why"]
+    # A bad `type` is pointed at where it is, with the type it probably meant.
+    [broken] = [f for f in found["broken"] if f["severity"] == "error"]
+    assert (broken["rule"], broken["pointer"]) == ("does-not-compile", "/properties/z/type")
+    assert broken["fix_schema"] == {"type": "integer", "description": "Z"}
+    assert ("error", "free-form-object", "") in keyed(found["free_form"])
+    [no_schema] = [f for f in found["no_schema"] if f["rule"] == "free-form-object"]
+    assert no_schema["severity"] == "error" and "no argument schema" in no_schema["message"]
 
 
 def test_exit_codes(run, tmp_path):
-    assert run("lint", fixture("anthropic_request.json"))[0] == 0
-    assert run("lint", fixture("anthropic_request.json"), "--strict")[0] == 1
+    assert run("lint", fixture("tools_array.json"))[0] == 0
+    assert run("lint", fixture("single_tool.json"))[0] == 0  # a warning only
+    assert run("lint", fixture("single_tool.json"), "--strict")[0] == 1
+    assert run("lint", fixture("anthropic_request.json"))[0] == 1
     assert run("lint", fixture("single_tool.json"), fixture("bad_schemas.json"))[0] == 1
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
@@ -163,18 +176,22 @@ def test_exit_codes(run, tmp_path):
     code, _, err = run("lint", str(empty))
     assert code == 2 and "no client tool declarations" in err
     assert run("lint", str(tmp_path / "missing.json"))[0] == 2
+    code, _, err = run("lint")
+    assert code == 2 and "FILE… or --from" in err
 
 
 def test_table_output(run):
     code, out, _ = run("lint", fixture("anthropic_request.json"), fixture("bad_schemas.json"))
     assert code == 1
     assert "orders_search  (anthropic, /tools/0/input_schema, schema " in out
-    assert "SEVERITY  POINTER" in out
-    assert "warning   /properties/filters" in out
-    assert "info      /properties/limit" in out
-    assert out.rstrip().endswith("7 tool(s): 6 error(s), 12 warning(s), 10 info")
+    assert "SEVERITY  RULE " in out
+    assert re.search(r"^    error +free-form-object +/properties/filters +filters +free-form object", out, re.M)
+    assert "info      expected" in out
+    assert "why: the model has to guess which keys exist" in out
+    assert "fix: declare its keys in `properties`" in out
+    assert out.rstrip().endswith("7 tool(s): 8 error(s), 13 warning(s), 10 info")
     quiet = run("lint", "-q", fixture("anthropic_request.json"))[1]
-    assert "info      /properties" not in quiet and "warning" in quiet
+    assert "info      " not in quiet and "warning" in quiet
 
 
 def test_per_tool_settings_from_the_config(run, tmp_path):
@@ -187,6 +204,8 @@ def test_per_tool_settings_from_the_config(run, tmp_path):
     assert ("warning", "unknown-properties-allowed", "") in got
     since = next(f for f in found["orders_search"] if f["pointer"] == "/properties/since/format")
     assert "assert_formats is off" in since["message"]
+    code, _ = findings(run, "tools_array.json", "--strict", "--max-required", "1")
+    assert code == 1  # list_tickets requires two
 
 
 def test_duplicates_and_bare_function_objects(run, tmp_path):
