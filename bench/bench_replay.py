@@ -25,8 +25,8 @@ from yarl import URL
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sidecar.config import Settings
-from sidecar.context import CallCheck, Exchange
 from sidecar.dialects import ANTHROPIC
+from sidecar.exchange.state import CallCheck, Exchange
 from sidecar.guards.replay import ReplayGuard, ReplayLedger, ToolTraits
 from sidecar.guards.results import ResultMatcher
 from sidecar.model import Provider, RequestView, ToolCall, ToolResult

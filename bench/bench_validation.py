@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from sidecar.config import LockdownSettings
-from sidecar.guards.lockdown import Lockdown
+from sidecar.lockdown.validator import Lockdown
 from sidecar.model import ToolCall, ToolDeclaration
 
 SCHEMA: dict[str, Any] = {

@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from sidecar.context import CallCheck, Exchange
-from sidecar.dialects.base import Reply
-from sidecar.model import ToolCall
+from sidecar.exchange.state import CallCheck, Exchange
+from sidecar.model import Reply, ToolCall
 
 log = logging.getLogger("sidecar.addons")
 
@@ -34,7 +33,7 @@ class Addon:
     async def repaired(self, exchange: Exchange, outcome: str) -> None:
         """A repair sequence ended: corrected or exhausted."""
 
-    async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:
+    async def upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
         """One upstream request (the agent's or a repair round) finished."""
 
     async def done(self, exchange: Exchange, status: int, overhead_s: float, stream: bool) -> None:
@@ -71,7 +70,7 @@ class Addons:
     async def repaired(self, exchange: Exchange, outcome: str) -> None:
         await self._each("repaired", lambda a: a.repaired(exchange, outcome))
 
-    async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:
+    async def upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
         await self._each("upstream", lambda a: a.upstream(exchange, status, seconds))
 
     async def done(self, exchange: Exchange, status: int, overhead_s: float, stream: bool) -> None:

@@ -16,18 +16,18 @@ from sidecar.addons import Addons
 from sidecar.admin.app import build_admin_app
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
-from sidecar.enforce import Enforcer
+from sidecar.exchange.enforce import Enforcer
 from sidecar.guards.approval import ApprovalGuard, ApprovalLookup
 from sidecar.guards.arguments import ArgumentsGuard
 from sidecar.guards.base import Guard, GuardChain
 from sidecar.guards.policy import PolicyGuard
 from sidecar.guards.replay import ReplayGuard, ReplayLedger, ToolTraits, store_health
 from sidecar.guards.results import ResultMatcher
-from sidecar.handler import ProxyHandler, RepairChannel
 from sidecar.model import Provider
 from sidecar.policy import EmbeddedEngine, build_engine
 from sidecar.policy.results import ResultPolicy
 from sidecar.policy.tool_list import ToolListFilter
+from sidecar.proxy.handler import ProxyHandler, RepairChannel
 from sidecar.proxy.upstream import Upstreams
 from sidecar.state import build_store
 from sidecar.state.continuations import Continuations
@@ -67,6 +67,7 @@ class Sidecar:
         # Rego: a broken policy at startup is an error (PolicyLoadError); later a broken
         # revision keeps the last good one and /readyz says so.
         self.policy = build_engine(settings.policy, settings.policies, on_reload=self._policy_reloaded)
+        self.metrics.policy_staleness(self.policy.stale_seconds)
         # side_effects / repeatable per tool: the embedded engine's data.json, kept current by
         # its reloads; with an OPA server, the local policies dir is read once.
         self.tool_traits = (
@@ -95,7 +96,7 @@ class Sidecar:
             RepairChannel(self.upstreams, self.addons),
             continuations,
         )
-        self.handler = ProxyHandler(settings, self.upstreams, self.enforcer, self.addons)
+        self.handler = ProxyHandler(settings, self.upstreams, self.enforcer, self.addons, self.metrics)
         self.health_checks: dict[str, HealthCheck] = {"rejection_log": self.rejections.health}
         self.health_checks["policy"] = self.policy.health
         self.health_checks["state"] = store_health(self.state)

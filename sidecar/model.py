@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
+from enum import Enum, StrEnum
+from typing import Any, Protocol
 
 import orjson
 
@@ -227,3 +227,70 @@ class RequestView:
     session_seed: str = ""
     previous_response_id: str | None = None
     store: bool = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Replies: what a dialect reads a model response into, and enforcement edits
+# ---------------------------------------------------------------------------------------------
+
+
+class Frame(Protocol):
+    """One wire event of a streamed reply, with its exact bytes (an SSE event)."""
+
+    raw: bytes
+    event: str | None
+    data: str
+
+
+class ItemKind(Enum):
+    CALL = "call"
+    TEXT = "text"
+    OTHER = "other"
+
+
+@dataclass(slots=True)
+class Item:
+    kind: ItemKind
+    wire: dict[str, Any]
+    call: ToolCall | None = None
+    # For streamed items: the events that carried it, replayed when the item is unchanged.
+    raw_events: list[Frame] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Reply:
+    """A model response in neutral order; `envelope` is the wire body without its items."""
+
+    envelope: dict[str, Any]
+    items: list[Item]
+    complete: bool = True
+    # The dialect edited the envelope while reading it: the upstream bytes may not pass as-is.
+    rewritten: bool = False
+    # Tool calls the dialect removed unchecked because the sidecar does not enforce where
+    # they were (Chat Completions choices >= 1): reported by telemetry, never delivered.
+    removed_calls: int = 0
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [item.call for item in self.items if item.call is not None]
+
+    @property
+    def first_call_position(self) -> int | None:
+        for position, item in enumerate(self.items):
+            if item.kind is ItemKind.CALL:
+                return position
+        return None
+
+
+class RefusalReason(StrEnum):
+    """Why a request or reply was refused as a whole (`sidecar_requests_refused_total{reason}`)."""
+
+    SIZE = "size"  # a body or a held stream larger than its configured bound
+    DEPTH = "depth"  # JSON nested deeper than the sidecar can write back
+    ENCODING = "encoding"  # bytes that are not valid UTF-8 where JSON is expected
+    CONTENT_TYPE = "content_type"  # a reply under a content type the SDK would read otherwise
+    STATUS = "status"  # a success status the sidecar cannot vouch for (2xx other than 200)
+    FRAMING = "framing"  # a stream or body the sidecar cannot read the way the SDK would
+    UNSUPPORTED_PATH = "unsupported_path"  # a path that can carry tool calls no dialect enforces
+    WEBSOCKET = "websocket"  # an upgrade the sidecar does not enforce
+    LIMIT = "limit"  # a bound on what an upstream or agent controls (held bytes, item count)

@@ -1,7 +1,7 @@
 """Wire dialects: one module per protocol, all built on `base`."""
 
 from sidecar.dialects.anthropic import AnthropicDialect
-from sidecar.dialects.base import Dialect, Item, ItemKind, Reply, StreamAssembler
+from sidecar.dialects.base import Dialect, StreamAssembler
 from sidecar.dialects.openai_chat import OpenAIChatDialect
 from sidecar.dialects.openai_responses import OpenAIResponsesDialect
 
@@ -22,8 +22,5 @@ __all__ = [
     "OPENAI_CHAT",
     "OPENAI_RESPONSES",
     "Dialect",
-    "Item",
-    "ItemKind",
-    "Reply",
     "StreamAssembler",
 ]

@@ -14,9 +14,6 @@ import orjson
 
 from sidecar.dialects.base import (
     Dialect,
-    Item,
-    ItemKind,
-    Reply,
     StreamAssembler,
     TailState,
     as_dict,
@@ -29,7 +26,11 @@ from sidecar.dialects.base import (
 from sidecar.dialects.sse import SSEEvent, format_event
 from sidecar.model import (
     EchoedCall,
+    Frame,
+    Item,
+    ItemKind,
     Provider,
+    Reply,
     RequestView,
     ToolCall,
     ToolResult,
@@ -217,7 +218,7 @@ class AnthropicDialect(Dialect):
         }
 
 
-def _reindex(event: SSEEvent, position: int) -> bytes:
+def _reindex(event: Frame, position: int) -> bytes:
     data = event_json(event)
     if not isinstance(data, dict) or data.get("index", position) == position:
         return event.raw

@@ -12,51 +12,12 @@ import copy
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, ClassVar
 
 import orjson
 
 from sidecar.dialects.sse import SSEEvent
-from sidecar.model import Provider, RequestView, ToolCall, ToolDeclaration
-
-
-class ItemKind(Enum):
-    CALL = "call"
-    TEXT = "text"
-    OTHER = "other"
-
-
-@dataclass(slots=True)
-class Item:
-    kind: ItemKind
-    wire: dict[str, Any]
-    call: ToolCall | None = None
-    # For streamed items: the events that carried it, replayed when the item is unchanged.
-    raw_events: list[SSEEvent] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class Reply:
-    """A model response in neutral order; `envelope` is the wire body without its items."""
-
-    envelope: dict[str, Any]
-    items: list[Item]
-    complete: bool = True
-    # The dialect edited the envelope while reading it: the upstream bytes may not pass as-is.
-    rewritten: bool = False
-
-    @property
-    def calls(self) -> list[ToolCall]:
-        return [item.call for item in self.items if item.call is not None]
-
-    @property
-    def first_call_position(self) -> int | None:
-        for position, item in enumerate(self.items):
-            if item.kind is ItemKind.CALL:
-                return position
-        return None
-
+from sidecar.model import Frame, Item, Provider, Reply, RequestView, ToolCall, ToolDeclaration
 
 # orjson writes at most this many nested arrays/objects; deeper values could be read but never
 # written back (a repair round, a rewritten reply), so `loads` refuses them.
@@ -372,7 +333,7 @@ def add_numbers(total: dict[str, Any], extra: dict[str, Any]) -> None:
             add_numbers(current, value)
 
 
-def event_json(event: SSEEvent) -> Any:
+def event_json(event: Frame) -> Any:
     try:
         return loads(event.data)
     except ValueError:

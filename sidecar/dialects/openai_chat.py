@@ -33,9 +33,6 @@ import orjson
 
 from sidecar.dialects.base import (
     Dialect,
-    Item,
-    ItemKind,
-    Reply,
     StreamAssembler,
     TailState,
     as_dict,
@@ -46,7 +43,17 @@ from sidecar.dialects.base import (
     parse_arguments,
 )
 from sidecar.dialects.sse import SSEEvent, format_event
-from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolDeclaration, ToolResult
+from sidecar.model import (
+    EchoedCall,
+    Item,
+    ItemKind,
+    Provider,
+    Reply,
+    RequestView,
+    ToolCall,
+    ToolDeclaration,
+    ToolResult,
+)
 from sidecar.telemetry.logs import log_event
 
 log = logging.getLogger("sidecar.dialects.openai_chat")

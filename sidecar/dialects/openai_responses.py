@@ -14,9 +14,6 @@ import orjson
 
 from sidecar.dialects.base import (
     Dialect,
-    Item,
-    ItemKind,
-    Reply,
     StreamAssembler,
     TailState,
     as_dict,
@@ -28,7 +25,7 @@ from sidecar.dialects.base import (
 )
 from sidecar.dialects.openai_chat import content_text, openai_error_body, result_size
 from sidecar.dialects.sse import SSEEvent, format_event
-from sidecar.model import EchoedCall, Provider, RequestView, ToolCall, ToolResult
+from sidecar.model import EchoedCall, Item, ItemKind, Provider, Reply, RequestView, ToolCall, ToolResult
 
 _MODEL_ITEMS = {"function_call", "reasoning", "message", "custom_tool_call"}
 _TERMINAL = {"response.completed", "response.incomplete", "response.failed"}

@@ -20,7 +20,7 @@ import logging
 from typing import Any
 
 from sidecar.approvals.service import ApprovalService
-from sidecar.context import CallCheck
+from sidecar.exchange.state import CallCheck
 from sidecar.guards.base import Guard
 from sidecar.model import Verdict, VerdictKind
 from sidecar.state import Approval, StateUnavailable

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from sidecar.config import Settings
-from sidecar.context import CallCheck
+from sidecar.exchange.state import CallCheck
 from sidecar.guards.base import Guard
-from sidecar.guards.lockdown import Lockdown
+from sidecar.lockdown.validator import Lockdown
 from sidecar.model import Verdict
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from sidecar.context import CallCheck, Exchange
+from sidecar.exchange.state import CallCheck, Exchange
 from sidecar.model import ToolCall, Verdict, VerdictKind
 
 

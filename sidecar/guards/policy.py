@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from sidecar.config import Settings
-from sidecar.context import CallCheck
+from sidecar.exchange.state import CallCheck
 from sidecar.guards.base import Guard
 from sidecar.model import Verdict, VerdictKind
 from sidecar.policy import Decision, PolicyEngine, apply_mode

@@ -39,7 +39,7 @@ from typing import Any
 
 from sidecar.addons import Addon
 from sidecar.config import Settings
-from sidecar.context import CallCheck, Exchange
+from sidecar.exchange.state import CallCheck, Exchange
 from sidecar.guards.base import Guard
 from sidecar.guards.results import CALL_ID_REUSED
 from sidecar.identity import call_key

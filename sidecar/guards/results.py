@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 
 from sidecar.addons import Addon
-from sidecar.context import Exchange
 from sidecar.dialects.base import compact
+from sidecar.exchange.state import Exchange
 from sidecar.model import ToolResult
 from sidecar.state import StateStore, StateUnavailable
 from sidecar.telemetry.metrics import Metrics

@@ -154,6 +154,10 @@ class PolicyEngine(Protocol):
 
     def health(self) -> dict[str, Any]: ...
 
+    def stale_seconds(self) -> float:
+        """How long the policy in force has been behind its source (0 when current)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -218,6 +222,7 @@ class EmbeddedEngine(_Interpreting):
         self.reload_errors = 0
         self.eval_errors = 0
         self._error: str | None = None
+        self._stale_since: float | None = None
         self._compiled: CompiledPolicy | None = None
         self._watcher: PolicyWatcher | None = None
         self._local = threading.local()
@@ -260,6 +265,7 @@ class EmbeddedEngine(_Interpreting):
         compiled = compile_bundle(bundle)  # raises PolicyLoadError: last good one stays
         self._compiled = compiled
         self._error = None
+        self._stale_since = None
         log.info("policy reload", extra={"ok": True, "revision": bundle.revision})
         if self.on_reload is not None:
             self.on_reload(True, None)
@@ -267,6 +273,8 @@ class EmbeddedEngine(_Interpreting):
     def _fail(self, error: str) -> None:
         self.reload_errors += 1
         self._error = error
+        if self._stale_since is None:
+            self._stale_since = time.time()
         log.error(
             "policy reload failed; keeping the last good policy: %s",
             error,
@@ -341,6 +349,10 @@ class EmbeddedEngine(_Interpreting):
             "engine": self.name,
             "reload_errors": self.reload_errors,
         }
+
+    def stale_seconds(self) -> float:
+        since = self._stale_since
+        return 0.0 if since is None else max(0.0, time.time() - since)
 
     async def close(self) -> None:
         if self._watcher is not None:
@@ -428,6 +440,7 @@ class OpaEngine(_Interpreting):
         self.reload_errors = 0
         self._error: str | None = None
         self._last_ok: float | None = None
+        self._failing_since: float | None = None
 
     async def _query(self, rule: str, input: dict[str, Any]) -> tuple[Any, str | None]:
         try:
@@ -436,9 +449,12 @@ class OpaEngine(_Interpreting):
         except OpaError as exc:
             self.eval_errors += 1
             self._error = str(exc)
+            if self._failing_since is None:
+                self._failing_since = time.time()
             log.warning("OPA query %s failed: %s", rule, exc)
             return UNDEFINED, str(exc)
         self._error = None
+        self._failing_since = None
         self._last_ok = time.time()
         return (value if defined else UNDEFINED), None
 
@@ -462,6 +478,11 @@ class OpaEngine(_Interpreting):
             "engine": self.name,
             "url": self._client.url,
         }
+
+    def stale_seconds(self) -> float:
+        """Seconds since OPA stopped answering (its own reloads are OPA's to report)."""
+        since = self._failing_since
+        return 0.0 if since is None else max(0.0, time.time() - since)
 
     async def close(self) -> None:
         await self._client.close()

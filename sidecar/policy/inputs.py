@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from sidecar.config import Settings
-from sidecar.context import Exchange
+from sidecar.exchange.state import Exchange
 
 log = logging.getLogger("sidecar.policy")
 

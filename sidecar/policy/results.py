@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sidecar.context import Exchange
+from sidecar.exchange.state import Exchange
 from sidecar.policy.addon import PolicyAddon
 from sidecar.policy.engine import Decision
 from sidecar.policy.inputs import base_input, session_counts
@@ -43,7 +43,7 @@ class ResultPolicy(PolicyAddon):
     async def request(self, exchange: Exchange) -> None:
         await self.evaluate(exchange)
 
-    async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:
+    async def upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
         await self.evaluate(exchange)
 
     async def evaluate(self, exchange: Exchange) -> dict[str, Decision]:

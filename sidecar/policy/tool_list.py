@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from sidecar.context import Exchange
+from sidecar.exchange.state import Exchange
 from sidecar.policy.addon import PolicyAddon
 from sidecar.policy.inputs import base_input, session_counts
 from sidecar.telemetry.logs import log_event

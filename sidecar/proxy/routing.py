@@ -125,3 +125,23 @@ def upstream_url(base: URL, path: str, raw_query: str) -> URL:
     return URL.build(
         scheme=base.scheme, authority=base.raw_authority, path=joined, query_string=raw_query, encoded=True
     )
+
+
+# Untouched paths by what they serve, for sidecar_passthrough_requests_total{path_class}.
+_PATH_CLASSES = (
+    ("/v1/messages/count_tokens", "count_tokens"),
+    ("/v1/models", "models"),
+    ("/v1/files", "files"),
+    ("/v1/messages/batches", "batches"),
+    ("/v1/batches", "batches"),
+    ("/v1/embeddings", "embeddings"),
+    ("/v1/moderations", "moderations"),
+    ("/v1/audio/", "audio"),
+    ("/v1/images/", "images"),
+)
+
+
+def path_class(path: str) -> str:
+    """The class of an untouched path (a small, fixed set of label values; else `other`)."""
+    decided = _decision_path(path)
+    return next((name for prefix, name in _PATH_CLASSES if _matches(decided, (prefix,))), "other")

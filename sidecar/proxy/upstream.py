@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 
 import aiohttp
 from yarl import URL
@@ -10,13 +11,58 @@ from yarl import URL
 from sidecar.model import Provider
 
 
-class UpstreamError(Exception):
-    """The upstream could not be reached or did not answer in time."""
+class UpstreamCause(StrEnum):
+    """Why an upstream request failed without an HTTP answer (`sidecar_upstream_errors_total`)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    DNS = "dns"  # the upstream's name did not resolve
+    CONNECT = "connect"  # refused or unreachable
+    TLS = "tls"  # handshake or certificate failure
+    TIMEOUT = "timeout"  # connect or read timeout
+    DISCONNECTED = "disconnected"  # the upstream closed the connection before or while answering
+    PROTOCOL = "protocol"  # an answer that is not valid HTTP (or a body that ends badly)
+
+
+def classify(exc: BaseException) -> UpstreamCause:
+    """The cause of a client-side failure, most specific first."""
+    if isinstance(exc, (TimeoutError, aiohttp.ServerTimeoutError)):
+        return UpstreamCause.TIMEOUT
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return UpstreamCause.DNS
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return UpstreamCause.TLS
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return UpstreamCause.DISCONNECTED
+    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
+        return UpstreamCause.PROTOCOL
+    return UpstreamCause.CONNECT
+
+
+class UpstreamError(Exception):
+    """The upstream could not be reached or did not answer in time (no HTTP answer to relay)."""
+
+    def __init__(self, status: int, message: str, cause: UpstreamCause = UpstreamCause.CONNECT) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.cause = cause
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, upstream: str) -> UpstreamError:
+        """A provider-shaped status (504 for timeouts, else 502) and a message naming the cause."""
+        cause = classify(exc)
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        status = 504 if cause is UpstreamCause.TIMEOUT else 502
+        return cls(status, f"upstream {upstream} {_PHRASES[cause]} ({detail})", cause)
+
+
+_PHRASES = {
+    UpstreamCause.DNS: "could not be resolved",
+    UpstreamCause.CONNECT: "is unreachable",
+    UpstreamCause.TLS: "failed the TLS handshake",
+    UpstreamCause.TIMEOUT: "timed out",
+    UpstreamCause.DISCONNECTED: "closed the connection",
+    UpstreamCause.PROTOCOL: "sent an invalid answer",
+}
 
 
 class Upstreams:
@@ -49,9 +95,5 @@ class Upstreams:
         assert self._session is not None, "Upstreams.start() was not awaited"
         try:
             return await self._session.request(method, url, headers=headers, data=body or None, allow_redirects=False)
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise UpstreamError(504, f"upstream {url.origin()} timed out") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamError(502, f"upstream {url.origin()} is unreachable: {type(exc).__name__}") from exc
-        except OSError as exc:
-            raise UpstreamError(502, f"upstream {url.origin()} is unreachable: {exc.strerror or exc}") from exc
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise UpstreamError.from_exception(exc, str(url.origin())) from exc

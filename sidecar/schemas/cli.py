@@ -16,7 +16,7 @@ import orjson
 
 from sidecar.config import LockdownSettings, Settings, load_settings
 from sidecar.dialects.base import parse_arguments
-from sidecar.guards.lockdown import Lockdown
+from sidecar.lockdown.validator import Lockdown
 from sidecar.model import ToolCall, Verdict
 from sidecar.schemas.lint import SEVERITIES, ToolReport, lint_file
 from sidecar.schemas.load import LoadedFile, LoadedTool, LoadError, load_file, pointer

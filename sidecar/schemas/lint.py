@@ -17,9 +17,9 @@ from typing import Any
 import jsonschema_rs
 
 from sidecar.config import LockdownSettings, Settings
-from sidecar.guards import messages as msg
-from sidecar.guards.lockdown import CompiledSchema, Lockdown
-from sidecar.guards.schema_prep import JsonPointer, lock_unknown_properties, make_resolver, pointer_get, walk
+from sidecar.lockdown import messages as msg
+from sidecar.lockdown.schema_prep import JsonPointer, lock_unknown_properties, make_resolver, pointer_get, walk
+from sidecar.lockdown.validator import CompiledSchema, Lockdown
 from sidecar.schemas.load import LoadedFile, LoadedTool, pointer
 
 SEVERITIES = ("error", "warning", "info")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
@@ -92,6 +92,15 @@ REPLAY_ACTIONS = frozenset({"allowed", "answered"})
 APPROVAL_OUTCOMES = ("approved", "denied", "expired")
 REPAIR_OUTCOMES = ("corrected", "exhausted")
 PROVIDERS = frozenset({"anthropic", "openai"})
+# Why a request or reply was refused as a whole (sidecar_requests_refused_total{reason}).
+REFUSAL_REASONS = frozenset(
+    {"size", "depth", "encoding", "content_type", "status", "framing", "unsupported_path", "websocket", "limit"}
+)
+UPSTREAM_CAUSES = frozenset({"dns", "connect", "tls", "timeout", "disconnected", "protocol"})
+# Paths forwarded untouched, by what they are (sidecar_passthrough_requests_total{path_class}).
+PATH_CLASSES = frozenset(
+    {"models", "count_tokens", "files", "batches", "embeddings", "moderations", "audio", "images", "other"}
+)
 ENGINES = frozenset({"embedded", "opa"})
 
 # Longer names are not real tool names (providers cap them at 64-128 chars).
@@ -165,6 +174,8 @@ class Metrics:
     """All sidecar metrics, one method per event; every method is cheap and never raises."""
 
     def __init__(self, tool_label_cap: int = 200, version: str | None = None) -> None:
+        from sidecar import __version__
+
         self.registry = CollectorRegistry(auto_describe=True)
         self.tools = ToolLabels(tool_label_cap)
         self._started = time.time()
@@ -258,6 +269,12 @@ class Metrics:
             ["tool"],
             registry=r,
         )
+        self.requests_refused = Counter(
+            "sidecar_requests_refused",
+            "Requests or replies refused as a whole (unsupported path, unreadable framing, size...).",
+            ["reason"],
+            registry=r,
+        )
 
         # --- operational extras ---
         self.rejection_log_errors = Counter(
@@ -275,8 +292,8 @@ class Metrics:
             "Admin API requests refused for a missing or bad token.",
             registry=r,
         )
-        self.policy_reload_errors = Counter(
-            "sidecar_policy_reload_errors",
+        self.policy_reload_failures = Counter(
+            "sidecar_policy_reload_failures",
             "Policy reloads that failed (previous policy kept).",
             registry=r,
         )
@@ -303,8 +320,27 @@ class Metrics:
             ["backend"],
             registry=r,
         )
+        self.policy_stale = Gauge(
+            "sidecar_policy_stale_seconds",
+            "Seconds the policy in force has been behind its source (0: current; a reload failed).",
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "sidecar_upstream_errors",
+            "Upstream requests that failed without an HTTP answer, by cause.",
+            ["provider", "cause"],
+            registry=r,
+        )
+        self.passthrough = Counter(
+            "sidecar_passthrough_requests",
+            "Requests forwarded untouched (paths that cannot carry a tool call), by path class.",
+            ["provider", "path_class"],
+            registry=r,
+        )
         self.build = Info("sidecar_build", "Sidecar version.", registry=r)
-        self.build.info({"version": version or "unknown"})
+        self.build.info({"version": version or __version__})
+        # process_cpu_seconds_total, process_resident_memory_bytes, ... on this registry too.
+        ProcessCollector(registry=r)
 
         # Zero series for small enumerations, so rate() and alerts work before the first event.
         for decision in DECISIONS:
@@ -313,6 +349,11 @@ class Metrics:
             self.approvals.labels(outcome)
         for outcome in REPAIR_OUTCOMES:
             self.repair_rounds.labels(outcome)
+        for reason in REFUSAL_REASONS:
+            self.requests_refused.labels(reason)
+        for provider in PROVIDERS:
+            for cause in UPSTREAM_CAUSES:
+                self.upstream_errors.labels(provider, cause)
 
     # ---------------------------------------------------------------- helpers
 
@@ -422,7 +463,23 @@ class Metrics:
         self.admin_unauthorized.inc()
 
     def policy_reload(self, ok: bool) -> None:
-        (self.policy_reloads if ok else self.policy_reload_errors).inc()
+        (self.policy_reloads if ok else self.policy_reload_failures).inc()
+
+    def policy_staleness(self, seconds: Callable[[], float]) -> None:
+        """Report how long the policy in force has been behind its source, read at scrape time."""
+        self.policy_stale.set_function(seconds)
+
+    def request_refused(self, reason: str) -> None:
+        """A request or reply refused as a whole. reason: one of REFUSAL_REASONS."""
+        self._child(self.requests_refused, _bounded(reason, REFUSAL_REASONS)).inc()
+
+    def upstream_error(self, provider: str, cause: str) -> None:
+        """An upstream request failed without an HTTP answer (connect, timeout, ...)."""
+        self._child(self.upstream_errors, _bounded(provider, PROVIDERS), _bounded(cause, UPSTREAM_CAUSES)).inc()
+
+    def passthrough_request(self, provider: str, path_class: str) -> None:
+        """A request forwarded untouched (it cannot carry a tool call)."""
+        self._child(self.passthrough, _bounded(provider, PROVIDERS), _bounded(path_class, PATH_CLASSES)).inc()
 
     def tool_hidden(self, tool: str) -> None:
         self._child(self.tools_hidden, self.tools.label(tool)).inc()

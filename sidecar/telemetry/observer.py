@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from sidecar.addons import Addon
-from sidecar.context import CallCheck, Exchange
+from sidecar.exchange.state import CallCheck, Exchange
 from sidecar.model import Verdict
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
@@ -84,7 +84,7 @@ class TelemetryAddon(Addon):
         self.metrics.repair_round(outcome, sorted(exchange.scratch.pop(_REPAIR_TOOLS, ())))
         log_event("repair_round", session=exchange.session, outcome=outcome, rounds=exchange.repair_rounds)
 
-    async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:
+    async def upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
         self.metrics.upstream(exchange.provider.value, status, seconds)
 
     async def done(self, exchange: Exchange, status: int, overhead_s: float, stream: bool) -> None:

@@ -228,7 +228,7 @@ import orjson
 import pytest
 
 from sidecar.config import LockdownSettings
-from sidecar.guards.lockdown import Lockdown
+from sidecar.lockdown import Lockdown
 from sidecar.model import ToolCall, ToolDeclaration
 
 CASES = sorted(Path(__file__).parent.glob("*.json"))

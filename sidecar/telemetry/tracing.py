@@ -43,9 +43,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from sidecar import __version__
 from sidecar.addons import Addon
 from sidecar.config import TelemetrySettings
-from sidecar.context import CallCheck, Exchange
-from sidecar.dialects.base import Reply
-from sidecar.model import ToolCall, VerdictKind
+from sidecar.exchange.state import CallCheck, Exchange
+from sidecar.model import Reply, ToolCall, VerdictKind
 
 # Explicit bucket boundaries the GenAI conventions give for durations (seconds).
 DURATION_BUCKETS: tuple[float, ...] = (
@@ -417,15 +416,16 @@ class TracingAddon(Addon):
         if state.round_span is not None and outcome == "exhausted":
             state.round_span.set_attribute("sidecar.repair.outcome", outcome)
 
-    async def upstream(self, exchange: Exchange, status: int, seconds: float) -> None:
+    async def upstream(self, exchange: Exchange, status: int | None, seconds: float) -> None:
         state = self._state(exchange)
         if state is None:
             return
         target = state.round_span if state.round_span is not None else state.span
         if target.is_recording():
-            target.set_attribute("http.response.status_code", status)
-            if status >= 400 or status < 200:
-                target.set_attribute("error.type", str(status))
+            if status is not None:
+                target.set_attribute("http.response.status_code", status)
+            if status is None or status >= 400 or status < 200:
+                target.set_attribute("error.type", str(status) if status is not None else "upstream_unreachable")
                 target.set_status(Status(StatusCode.ERROR))
                 state.errored = state.errored or target is state.span
 

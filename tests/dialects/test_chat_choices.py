@@ -15,9 +15,9 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from sidecar.dialects import OPENAI_CHAT
-from sidecar.dialects.base import Reply
 from sidecar.dialects.openai_chat import OTHER_CHOICE_NOTE
 from sidecar.dialects.sse import format_event, parse_sse
+from sidecar.model import Reply
 
 ENVELOPE = {
     "id": "chatcmpl-n2ChoicesRecordedShape",

@@ -15,9 +15,9 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 from sidecar.dialects import OPENAI_CHAT
-from sidecar.dialects.base import ItemKind, Reply
 from sidecar.dialects.openai_chat import OTHER_CHOICE_NOTE, legacy_call_id, legacy_history_id
 from sidecar.dialects.sse import format_event
+from sidecar.model import ItemKind, Reply
 from tests.dialects.test_chat_choices import accumulate, chunks_of, feed_all
 
 RESPONSE_ID = "chatcmpl-legacyFunctionCallShape"

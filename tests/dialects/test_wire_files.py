@@ -22,11 +22,11 @@ import openai
 import pytest
 from aiohttp import web
 
-from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Dialect, Item, ItemKind, Reply
+from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Dialect
 from sidecar.dialects.anthropic import AnthropicDialect
 from sidecar.dialects.base import StreamAssembler
 from sidecar.dialects.sse import SSEEvent, SSEParser, format_event
-from sidecar.model import canonical_json
+from sidecar.model import Item, ItemKind, Reply, canonical_json
 from tests.helpers.serve import serve
 from tests.helpers.wire import wire_bytes, wire_json, wire_names
 

@@ -19,6 +19,7 @@ import pytest
 from sidecar.app import Running
 from sidecar.scripted import ScriptedModel, Turn, UpstreamError
 from tests.e2e.clients import anthropic_client, openai_client
+from tests.helpers.metrics import scrape
 from tests.helpers.ports import free_port
 from tests.helpers.serve import serve, sse_response
 
@@ -108,6 +109,11 @@ async def test_unreachable_upstream_is_502(start_sidecar, protocol, stream):
     running = await start_sidecar(anthropic_upstream=dead, openai_upstream=dead)
     error = await _error_of(_call(protocol, stream), running.proxy_url)
     _assert_provider_shaped(protocol, error, 502, "unreachable")
+    # Counted by cause, and never as if the upstream had answered 502.
+    m = await scrape(running.admin_url)
+    provider = "anthropic" if protocol == "anthropic" else "openai"
+    assert m.value("sidecar_upstream_errors_total", provider=provider, cause="connect") == 1
+    assert m.total("sidecar_upstream_request_duration_seconds_count", status="502") == 0
 
 
 async def test_unreachable_upstream_untouched_paths(start_sidecar):

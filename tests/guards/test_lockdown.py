@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.config import LockdownSettings
-from sidecar.guards.lockdown import Lockdown
-from sidecar.guards.schema_prep import lock_unknown_properties
+from sidecar.lockdown.schema_prep import lock_unknown_properties
+from sidecar.lockdown.validator import Lockdown
 from sidecar.model import FieldError, ToolCall, ToolDeclaration, Verdict
 
 ON = LockdownSettings()

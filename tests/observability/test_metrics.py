@@ -17,8 +17,8 @@ import pytest
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
 from tests.conftest import StartSidecar
 from tests.e2e.agents import AGENTS, Agent
+from tests.helpers.metrics import scrape
 from tests.helpers.ports import free_port
-from tests.observability.prom import scrape
 
 SCHEMA = {
     "type": "object",
@@ -136,7 +136,7 @@ async def test_every_contract_metric_after_a_workload(model: ScriptedModel, star
     assert m.value("sidecar_tool_call_duration_seconds_bucket", tool=tool, outcome="ok", le="+Inf") == 2
 
     assert m.value("sidecar_tool_replays_total", tool=tool, action="allowed") == 1
-    assert m.value("sidecar_tool_replays_total", tool=tool, action="answered") == 0
+    assert m.value("sidecar_tool_replays_total", tool=tool, action="answered", default=0.0) == 0
 
     assert m.value("sidecar_tool_schema_changes_total", tool=tool) == 1
 
@@ -267,3 +267,28 @@ async def _wait_for_series(prometheus_url: str, proc: asyncio.subprocess.Process
                 pass  # not listening yet
             await asyncio.sleep(0.1)
     pytest.fail("prometheus never returned sidecar_tool_calls_total")
+
+
+async def test_operator_metrics_refusals_passthrough_build_and_process(model, sidecar) -> None:
+    """What an operator needs beside the tool metrics: requests refused as a whole (by reason),
+    pass-through requests (by path class), the version, and the process's CPU and memory."""
+    from sidecar import __version__
+
+    async with aiohttp.ClientSession() as http:
+        big = b'{"model": "m", "messages": [], "pad": "' + b"x" * (33 * 1024 * 1024) + b'"}'
+        async with http.post(f"{sidecar.proxy_url}/v1/messages", data=big) as r:
+            assert r.status == 413
+        deep = b"[" * 300 + b"]" * 300
+        async with http.post(f"{sidecar.proxy_url}/v1/chat/completions", data=deep) as r:
+            assert r.status == 400
+        async with http.get(f"{sidecar.proxy_url}/v1/models", headers={"anthropic-version": "2023-06-01"}) as r:
+            assert r.status == 200
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_requests_refused_total", reason="size") == 1
+    assert m.value("sidecar_requests_refused_total", reason="depth") == 1
+    assert m.value("sidecar_requests_refused_total", reason="framing") == 0  # zero series exist for alerts
+    assert m.value("sidecar_passthrough_requests_total", provider="anthropic", path_class="models") == 1
+    assert m.value("sidecar_build_info", version=__version__) == 1
+    assert m.value("process_resident_memory_bytes") > 10 * 1024 * 1024
+    assert m.value("process_cpu_seconds_total") > 0
+    assert m.value("sidecar_policy_stale_seconds") == 0

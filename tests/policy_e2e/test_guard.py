@@ -10,8 +10,8 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from sidecar.config import load_settings
-from sidecar.context import CallCheck, Exchange
 from sidecar.dialects import ANTHROPIC
+from sidecar.exchange.state import CallCheck, Exchange
 from sidecar.guards.base import GuardChain
 from sidecar.guards.policy import PolicyGuard
 from sidecar.guards.results import ToolResultRecord

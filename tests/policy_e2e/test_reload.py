@@ -115,7 +115,8 @@ async def test_broken_policy_keeps_last_good_and_readyz_says_so(model, start_sid
     report = body["components"]["policy"]
     assert body["ready"] is False and report["ok"] is False
     assert f"sidecar.rego:{lines + 2}:" in report["error"]  # file:line of the broken rule
-    assert await metric(sidecar.admin_url, "sidecar_policy_reload_errors_total") == 1
+    assert await metric(sidecar.admin_url, "sidecar_policy_reload_failures_total") == 1
+    assert await metric(sidecar.admin_url, "sidecar_policy_stale_seconds") > 0
     assert await _wipe_outcome(model, sidecar) == "denied"  # the last good policy still decides
 
     (directory / "sidecar.rego").write_text(good)

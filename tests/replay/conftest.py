@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.addons import Addon
-from sidecar.context import CallCheck, Exchange
+from sidecar.exchange.state import CallCheck, Exchange
 from tests.helpers.redis_server import run_redis_server
 
 SEARCH_SCHEMA = {

@@ -11,7 +11,7 @@ import pytest
 
 from sidecar.config import LockdownSettings
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
-from sidecar.guards.lockdown import Lockdown
+from sidecar.lockdown.validator import Lockdown
 from sidecar.model import ToolCall
 from sidecar.schemas import load_file
 from tests.schemas.conftest import FIXTURES, Run, as_json, fixture

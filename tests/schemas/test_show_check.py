@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from sidecar.config import LockdownSettings, Settings
-from sidecar.guards.lockdown import Lockdown
+from sidecar.lockdown.validator import Lockdown
 from sidecar.model import ToolCall, ToolDeclaration
 from sidecar.schemas import load_file
 from sidecar.scripted import ToolCallSpec, Turn

@@ -77,7 +77,7 @@ def test_every_contract_metric_present_with_type_and_labels() -> None:
         "sidecar_rejection_log_errors_total 1.0",
         "sidecar_rejection_log_dropped_total 1.0",
         "sidecar_admin_unauthorized_total 1.0",
-        "sidecar_policy_reload_errors_total 1.0",
+        "sidecar_policy_reload_failures_total 1.0",
         'sidecar_tools_hidden_total{tool="search"} 1.0',
         'sidecar_tool_result_anomalies_total{kind="oversized"} 1.0',
     ):

@@ -179,7 +179,7 @@ def test_promote_writes_stable_fixtures(logfile: Path, tmp_path: Path) -> None:
         {"field": "amount", "problem": 'expected integer, got string "7"', "expected": "integer", "kind": "type"}
     ]
     module = (out_dir / "test_rejection_regressions.py").read_text()
-    assert "from sidecar.guards.lockdown import Lockdown" in module
+    assert "from sidecar.lockdown import Lockdown" in module
     assert "Lockdown().check(" in module and "LockdownSettings()" in module
     compile(module, "test_rejection_regressions.py", "exec")
     # running promote again on the same logs rewrites identical files
@@ -189,7 +189,7 @@ def test_promote_writes_stable_fixtures(logfile: Path, tmp_path: Path) -> None:
 
 def test_promoted_module_replays_through_lockdown(tmp_path: Path) -> None:
     from sidecar.config import LockdownSettings
-    from sidecar.guards.lockdown import Lockdown
+    from sidecar.lockdown import Lockdown
     from sidecar.model import ToolCall, ToolDeclaration
 
     # Produce the log the real way: lockdown errors -> RejectionLog (with the schema).

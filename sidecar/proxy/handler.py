@@ -20,16 +20,18 @@ from multidict import CIMultiDict
 
 from sidecar.addons import Addons
 from sidecar.config import Settings
-from sidecar.context import Exchange
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
-from sidecar.dialects.base import MAX_DEPTH, Dialect, Reply, TooDeep, loads
+from sidecar.dialects.base import MAX_DEPTH, Dialect, TooDeep, loads
 from sidecar.dialects.sse import SSEParser, format_event
-from sidecar.enforce import Enforcer, RepairFailed, Settlement
+from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
+from sidecar.exchange.state import Exchange
 from sidecar.identity import is_derived, session_id
-from sidecar.model import Provider
+from sidecar.model import Provider, Reply
 from sidecar.proxy.headers import downstream_response_headers, upstream_request_headers
-from sidecar.proxy.routing import Route, resolve, upstream_url
+from sidecar.proxy.routing import Route, path_class, resolve, upstream_url
 from sidecar.proxy.upstream import UpstreamError, Upstreams
+from sidecar.telemetry.logs import log_event
+from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.proxy")
 
@@ -50,11 +52,14 @@ def _is_sse(content_type: str) -> bool:
 
 
 class ProxyHandler:
-    def __init__(self, settings: Settings, upstreams: Upstreams, enforcer: Enforcer, addons: Addons) -> None:
+    def __init__(
+        self, settings: Settings, upstreams: Upstreams, enforcer: Enforcer, addons: Addons, metrics: Metrics
+    ) -> None:
         self.settings = settings
         self.upstreams = upstreams
         self.enforcer = enforcer
         self.addons = addons
+        self.metrics = metrics
 
     # -- entry point ---------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -64,19 +69,24 @@ class ProxyHandler:
             body = await self._read_body(request)
         except BodyTooLarge:
             limit = self.settings.max_body_bytes
-            return self._error(error_dialect, 413, f"request body exceeds the sidecar limit of {limit} bytes")
+            return self._refuse(
+                error_dialect, 413, "size", f"request body exceeds the sidecar limit of {limit} bytes", route.path
+            )
         url = upstream_url(self.upstreams.bases[route.provider], route.path, request.rel_url.raw_query_string)
         headers = upstream_request_headers(request.headers, drop=[self.settings.session_header])
         try:
             payload = self._json_object(body) if route.dialect is not None else None
         except TooDeep:
             # Valid JSON the sidecar could not check (nor write back): never forward it unchecked.
-            return self._error(error_dialect, 400, f"request JSON nests deeper than {MAX_DEPTH} levels")
+            return self._refuse(
+                error_dialect, 400, "depth", f"request JSON nests deeper than {MAX_DEPTH} levels", route.path
+            )
         try:
             if route.dialect is None or payload is None:
-                return await self._passthrough(request, url, headers, body)
+                return await self._passthrough(request, route, url, headers, body)
             return await self._exchange(request, route, route.dialect, url, headers, payload, body)
         except UpstreamError as exc:
+            self._upstream_failed(route.provider, exc, route.path)
             return self._error(error_dialect, exc.status, exc.message)
         except Exception:
             # Last resort (streams handle their own once started): a provider-shaped answer.
@@ -107,6 +117,26 @@ class ProxyHandler:
             return None  # not ours to judge: the provider answers malformed requests
         return value if isinstance(value, dict) else None
 
+    def _upstream_failed(self, provider: Provider, exc: UpstreamError, path: str) -> None:
+        """No HTTP answer from the upstream: counted by cause, never as an upstream 502."""
+        self.metrics.upstream_error(provider.value, exc.cause.value)
+        log_event(
+            "upstream_error",
+            level=logging.WARNING,
+            log=log,
+            provider=provider.value,
+            path=path,
+            cause=exc.cause.value,
+            error=exc.message,
+            status=exc.status,
+        )
+
+    def _refuse(self, dialect: Dialect, status: int, reason: str, message: str, path: str) -> web.Response:
+        """A request or reply refused as a whole: counted, logged once, provider-shaped."""
+        self.metrics.request_refused(reason)
+        log_event("request_refused", level=logging.WARNING, log=log, reason=reason, path=path, message=message)
+        return self._error(dialect, status, message)
+
     @staticmethod
     def _error(dialect: Dialect, status: int, message: str) -> web.Response:
         return web.Response(
@@ -117,9 +147,20 @@ class ProxyHandler:
 
     # -- untouched forwarding ------------------------------------------------------------
     async def _passthrough(
-        self, request: web.Request, url: Any, headers: CIMultiDict[str], body: bytes
+        self, request: web.Request, route: Route, url: Any, headers: CIMultiDict[str], body: bytes
     ) -> web.StreamResponse:
+        kind = path_class(route.path)
+        self.metrics.passthrough_request(route.provider.value, kind)
         upstream = await self.upstreams.open(request.method, url, headers, body)
+        log_event(
+            "passthrough",
+            log=log,
+            provider=route.provider.value,
+            method=request.method,
+            path=route.path,
+            path_class=kind,
+            status=upstream.status,
+        )
         async with upstream:
             downstream = web.StreamResponse(
                 status=upstream.status,
@@ -182,7 +223,7 @@ class ProxyHandler:
         except UpstreamError as exc:
             # Failures the agent sees as 502/504 are counted like any upstream answer.
             exchange.upstream_seconds = max(exchange.upstream_seconds, time.perf_counter() - sent)
-            await self.addons.upstream(exchange, exc.status, exchange.upstream_seconds)
+            await self.addons.upstream(exchange, None, exchange.upstream_seconds)
             await self._done(exchange, exc.status, stream=exchange.view.stream)
             raise
 
@@ -190,10 +231,8 @@ class ProxyHandler:
         started = time.perf_counter()
         try:
             return await upstream.read()
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise UpstreamError(504, "upstream timed out while sending its response") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamError(502, f"upstream response failed: {type(exc).__name__}") from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise UpstreamError.from_exception(exc, f"{upstream.url.origin()} (sending its response)") from exc
         finally:
             exchange.upstream_seconds += time.perf_counter() - started
 
@@ -206,9 +245,9 @@ class ProxyHandler:
         try:
             parsed = self._json_object(raw) if upstream.status == 200 and _is_json(content_type) else None
         except TooDeep:
-            log.warning("upstream reply nests deeper than %d levels: refused", MAX_DEPTH)
             await self._done(exchange, 502, stream=False)
-            return self._error(exchange.dialect, 502, f"upstream reply nests deeper than {MAX_DEPTH} levels")
+            message = f"upstream reply nests deeper than {MAX_DEPTH} levels"
+            return self._refuse(exchange.dialect, 502, "depth", message, exchange.url.path)
         if parsed is not None:
             dialect = exchange.dialect
             reply = dialect.read_reply(parsed)
@@ -254,8 +293,10 @@ class ProxyHandler:
                 if not chunk:
                     break
         except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError) as exc:
-            log.warning("upstream stream ended early: %s", type(exc).__name__)
-            await self.addons.upstream(exchange, 599, exchange.upstream_seconds)
+            failure = UpstreamError.from_exception(exc, str(exchange.url.origin()))
+            failure.message = f"the upstream stream ended early: {failure.message}"
+            self._upstream_failed(exchange.provider, failure, exchange.url.path)
+            await self.addons.upstream(exchange, None, exchange.upstream_seconds)
             # Held calls are discarded (never release a partial call); the SDK gets its
             # normal in-stream error instead of a stream that merely stops.
             status = 504 if isinstance(exc, TimeoutError) else 502
@@ -266,7 +307,15 @@ class ProxyHandler:
         await self.addons.replied(exchange, reply)
         if assembler.error is None and assembler.held:
             if not reply.complete:
-                log.warning("stream ended without its terminator: held calls discarded")
+                self.metrics.request_refused("framing")
+                log_event(
+                    "request_refused",
+                    level=logging.WARNING,
+                    log=log,
+                    reason="framing",
+                    path=exchange.url.path,
+                    message="the upstream stream ended before its last event: held calls discarded",
+                )
                 return await self._end_with_error(
                     exchange, downstream, 502, "the upstream stream ended before its last event"
                 )

@@ -32,8 +32,8 @@ from typing import Any, cast
 import jsonschema_rs
 
 from sidecar.config import LockdownSettings
-from sidecar.guards import messages as msg
-from sidecar.guards.schema_prep import (
+from sidecar.lockdown import messages as msg
+from sidecar.lockdown.schema_prep import (
     JsonPointer,
     declared_names,
     deep_copy,

@@ -14,14 +14,14 @@ from typing import Any
 
 from sidecar.addons import Addons
 from sidecar.config import Settings
-from sidecar.context import CallCheck, Exchange
-from sidecar.dialects.base import ItemKind, Reply, compact
+from sidecar.dialects.base import compact
+from sidecar.exchange.state import CallCheck, Exchange
 from sidecar.guards.base import GuardChain
-from sidecar.model import NOT_RUN_PAYLOAD, ToolCall
+from sidecar.model import NOT_RUN_PAYLOAD, ItemKind, Reply, ToolCall
 from sidecar.state.continuations import Continuations
 from sidecar.telemetry.redact import redact_text
 
-log = logging.getLogger("sidecar.enforce")
+log = logging.getLogger("sidecar.exchange.enforce")
 
 # Sends a repair request upstream and returns the parsed reply body.
 RepairSender = Callable[[Exchange, dict[str, Any]], Awaitable[dict[str, Any]]]

@@ -1,4 +1,8 @@
-"""Scrape and read the admin port's /metrics the way Prometheus would."""
+"""Scrape and read the admin port's /metrics the way Prometheus would: the suite's one helper.
+
+A missing family or series is an error, never a silent 0: a renamed metric must fail the
+tests that read it. Ask for `default=0.0` only where "never incremented" is the point.
+"""
 
 from __future__ import annotations
 
@@ -18,13 +22,16 @@ class Scrape:
     content_type: str
     text: str
 
-    def value(self, sample: str, **labels: str) -> float:
-        """One sample's value; 0 when the series does not exist yet (a counter never hit)."""
+    def value(self, sample: str, default: float | None = None, **labels: str) -> float:
+        """One sample's value. A missing series fails, unless `default` is given (a counter
+        never incremented); a missing family always fails."""
         family = self._family_of(sample)
         for s in family.samples:
             if s.name == sample and s.labels == labels:
                 return float(s.value)
-        return 0.0
+        if default is None:
+            raise AssertionError(f"no series {sample}{labels} in /metrics")
+        return default
 
     def total(self, sample: str, **labels: str) -> float:
         """Sum of every series of `sample` whose labels include `labels`."""
