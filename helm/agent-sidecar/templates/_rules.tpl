@@ -140,7 +140,7 @@ Burn-rate alerts follow the multi-window, multi-burn-rate scheme for a 30-day ob
         description: "Writing the rejection log fails (disk full, path not writable); refused payloads are not recorded."
     - alert: SidecarUpstreamErrorSpike
       expr: |-
-        sum by (namespace, provider) (rate(sidecar_upstream_errors_total[10m]))
+        sum by (namespace, provider) (rate(sidecar_upstream_request_duration_seconds_count{status=~"5..|error"}[10m]))
         /
         sum by (namespace, provider) (rate(sidecar_upstream_request_duration_seconds_count[10m]))
         > {{ $alerts.upstreamErrorRatio }}
@@ -149,5 +149,5 @@ Burn-rate alerts follow the multi-window, multi-burn-rate scheme for a 30-day ob
         severity: warning
       annotations:
         summary: {{ `Requests to {{ $labels.provider }} fail in {{ $labels.namespace }}` | quote }}
-        description: {{ printf "%s of upstream requests fail (connect errors, timeouts, 5xx): the provider or the egress path is in trouble." `{{ $value | humanizePercentage }}` | quote }}
+        description: {{ printf "%s of model requests to the upstream fail (a 5xx answer, or none: connect error, timeout, dropped stream; sidecar_upstream_errors_total has the causes)." `{{ $value | humanizePercentage }}` | quote }}
 {{- end -}}
