@@ -336,8 +336,12 @@ def test_monitoring_in_gateway_mode():
         "app.kubernetes.io/instance": "agent-sidecar",
         "app.kubernetes.io/component": "admin",
     }
-    assert monitor["spec"]["endpoints"] == [{"port": "admin", "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"}]
-    assert rendered.one("Service", "agent-sidecar-admin")["metadata"]["labels"]["app.kubernetes.io/component"] == "admin"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "admin", "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"}
+    ]
+    assert (
+        rendered.one("Service", "agent-sidecar-admin")["metadata"]["labels"]["app.kubernetes.io/component"] == "admin"
+    )
     assert not rendered.of_kind("PodMonitor")
     rule = rendered.one("PrometheusRule")
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -408,9 +412,15 @@ def test_network_policy_allows_egress_to_the_upstreams_only():
 
 def test_network_policy_allows_redis_when_its_peers_are_named():
     values = values_file("gateway-redis-values.yaml")
-    values["networkPolicy"] = {"enabled": True, "redis": {"peers": [{"podSelector": {"matchLabels": {"app": "redis"}}}]}}
+    values["networkPolicy"] = {
+        "enabled": True,
+        "redis": {"peers": [{"podSelector": {"matchLabels": {"app": "redis"}}}]},
+    }
     egress = render(values).one("NetworkPolicy")["spec"]["egress"]
-    assert egress[-1] == {"to": [{"podSelector": {"matchLabels": {"app": "redis"}}}], "ports": [{"port": 6379, "protocol": "TCP"}]}
+    assert egress[-1] == {
+        "to": [{"podSelector": {"matchLabels": {"app": "redis"}}}],
+        "ports": [{"port": 6379, "protocol": "TCP"}],
+    }
 
 
 # ------------------------------------------------------------------------------ refusals

@@ -56,13 +56,13 @@ def exposed_names() -> set[str]:
     """Every series name the sidecar's registry exposes, series with labels not yet seen included."""
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "info": ["_info"]}
     return {
-        family.name + suffix
-        for family in Metrics().registry.collect()
-        for suffix in suffixes.get(family.type, [""])
+        family.name + suffix for family in Metrics().registry.collect() for suffix in suffixes.get(family.type, [""])
     }
 
 
 def test_rules_use_only_metrics_the_sidecar_emits():
     groups = chart_rule_groups()
     used = {m for g in groups for r in g["rules"] for m in re.findall(r"(?<![:\w])sidecar_[a-z_]+\b", r["expr"])}
-    assert used and used - exposed_names() == set(), f"rules read metrics the sidecar does not emit: {used - exposed_names()}"
+    assert used and used - exposed_names() == set(), (
+        f"rules read metrics the sidecar does not emit: {used - exposed_names()}"
+    )
