@@ -253,7 +253,7 @@ def test_admin_tokens_secret_holds_identities_and_groups():
 def test_opa_container_on_the_same_policies():
     rendered = render(values_file("opa-values.yaml"))
     spec = rendered.patch()["spec"]["template"]["spec"]
-    opa, sidecar = spec["initContainers"]  # OPA starts first: the sidecar's readiness needs it
+    opa, sidecar = spec["initContainers"]  # OPA first: started (healthy) before the sidecar and the agent
     assert opa["name"] == "opa" and opa["restartPolicy"] == "Always"
     assert re.fullmatch(r"openpolicyagent/opa:\d+\.\d+\.\d+-static", opa["image"])
     assert opa["args"][:4] == ["run", "--server", "--addr=127.0.0.1:8181", "--diagnostic-addr=0.0.0.0:8282"]

@@ -101,7 +101,7 @@ Burn-rate alerts follow the multi-window, multi-burn-rate scheme for a 30-day ob
         severity: warning
       annotations:
         summary: {{ `{{ $labels.namespace }}/{{ $labels.pod }} enforces a stale policy` | quote }}
-        description: {{ printf "The policy in force is older than the policy files (for %s): a newer version failed to load and is not enforced." `{{ $value | humanizeDuration }}` | quote }}
+        description: {{ printf "The policy in force has been behind its source for %s: a changed policy failed to load (the last good one still decides), or the OPA server stopped answering." `{{ $value | humanizeDuration }}` | quote }}
     - alert: SidecarPolicyEvaluationErrors
       expr: sum by (namespace, pod) (rate(sidecar_policy_decisions_total{decision="error"}[5m])) > 0
       for: 5m
