@@ -14,8 +14,8 @@ from sidecar.demo.agent import SupportAgent
 from sidecar.demo.scenes import SCENES, Scene
 from sidecar.scripted import ScriptedModel
 
-# The shipped policy library when running from a checkout; else the engine's built-in policy.
-_POLICIES = Path(__file__).resolve().parents[2] / "policies"
+# The support example of the policy library packaged with the sidecar (works from a wheel).
+_POLICIES = "example:support"
 
 
 def _say(line: str) -> None:
@@ -69,7 +69,7 @@ async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> i
                     "anthropic_upstream": model.url,
                     "openai_upstream": model.url,
                     "rejection_log": {"path": str(log)},
-                    "policies": str(_POLICIES) if _POLICIES.is_dir() else None,
+                    "policies": _POLICIES,
                 },
                 environ={},
             )

@@ -31,10 +31,7 @@ class HumanScene(Scene):
 
 SEARCH_OK = ToolCallSpec("support_tickets_search", {"query": "refund", "status": "OPEN", "limit": 5})
 
-_SEND_REFUND_NOTE = ToolCallSpec(
-    "support_replies_send",
-    {"ticket_id": "T-1042", "to": "ana@example.com", "body": "Your refund was issued today."},
-)
+_REFUND = ToolCallSpec("payments_refund", {"ticket_id": "T-1042", "amount": 40})
 _SEND_OUTSIDE = ToolCallSpec(
     "support_replies_send",
     {"ticket_id": "T-1042", "to": "bob@partner.example.org", "body": "Your refund was approved."},
@@ -90,28 +87,26 @@ SCENES: list[Scene] = [
         'The agent never saw the call with "open" and "10": the model got a structured error and fixed it.',
     ),
     Scene(
-        "Replay: the model sends the same reply twice; the second is answered from the ledger",
-        "Tell the customer of T-1042 that the refund was issued.",
+        "Replay: the model issues the same refund twice; the second is answered from the ledger",
+        "Refund the 40 EUR of T-1042.",
         [
-            Turn(text="Sending the reply.", tool_calls=[_SEND_REFUND_NOTE]),
-            Turn(text="Let me send that to be sure.", tool_calls=[_SEND_REFUND_NOTE]),
+            Turn(text="Issuing the refund.", tool_calls=[_REFUND]),
+            Turn(text="Let me issue that to be sure.", tool_calls=[_REFUND]),
             Turn(
-                text="The sidecar tells me this exact reply was already sent earlier, so I did not send it "
-                "again. The customer has been told."
+                text="The sidecar tells me this exact refund was already issued earlier, so I did not issue "
+                "it again. The customer has been refunded once."
             ),
         ],
-        'The agent ran the send once. The repeat never reached it: the model was told "this was already '
+        'The agent ran the refund once. The repeat never reached it: the model was told "this was already '
         "done at …\" with the original call's time and result (status replayed).",
-        settings={"tools": {"support_replies_send": {"side_effects": True}}},
     ),
     HumanScene(
-        "Human approval: a reply to an outside address waits for a support lead, then goes through once",
+        "Human approval: every customer reply waits for a support lead, then goes through once",
         "Tell bob@partner.example.org that the refund for T-1042 was approved.",
         [
             Turn(text="Sending the reply.", tool_calls=[_SEND_OUTSIDE]),
             Turn(
-                text="This reply goes to an address outside example.com, so it awaits approval by "
-                "support-leads. I will send it once it is approved."
+                text="Every customer reply awaits approval by support-leads. I will send it once it is approved."
             ),
             Turn(text="It is approved now; sending.", tool_calls=[_SEND_OUTSIDE]),
             Turn(text="Done: Bob has been told."),
@@ -134,7 +129,7 @@ SCENES: list[Scene] = [
                 "domain). Shall I send it to the customer's address on file instead?"
             ),
         ],
-        "The Rego policy (policies/data.json: blocked_recipients of support_replies_send) denied the call. "
+        "The Rego policy (example:support, data.json: blocked_recipients of support_replies_send) denied the call. "
         "The model got {status: denied, reasons: [...]} in a repair round and explained it; the send never ran.",
     ),
 ]

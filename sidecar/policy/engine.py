@@ -33,6 +33,7 @@ from sidecar.policy.loader import (
     content_hash,
     read_bundle,
 )
+from sidecar.policy.sources import resolve
 
 log = logging.getLogger("sidecar.policy")
 
@@ -48,6 +49,9 @@ class Decision:
     require_approval: dict[str, Any] | None = None
     retryable: bool = False
     error: str | None = None
+    # Id of the rule that decided, when the policy says (the shipped library does): the
+    # decision log and `sidecar policy replay` count flips per rule.
+    rule: str | None = None
 
     @property
     def outcome(self) -> str:
@@ -65,6 +69,8 @@ class Decision:
             "require_approval": self.require_approval,
             "retryable": self.retryable,
         }
+        if self.rule is not None:
+            out["rule"] = self.rule
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -97,6 +103,8 @@ def decision_from_value(value: Any) -> Decision:
         reasons=[str(r) for r in reasons],
         require_approval=approval,
         retryable=bool(value.get("retryable", False)),
+        # Optional: only a string names a rule; anything else is ignored, never an error.
+        rule=rule if isinstance(rule := value.get("rule"), str) else None,
     )
 
 
@@ -222,18 +230,20 @@ class EmbeddedEngine(_Interpreting):
         self._watcher: PolicyWatcher | None = None
         self._local = threading.local()
         initial_hash = ""
+        watched: str | None = None
         try:
-            if policies_dir is not None:
-                initial_hash = content_hash(policies_dir)
+            # A directory is watched for changes; the packaged library (None, `builtin`,
+            # `example:NAME`) is part of the installed package and never changes.
+            watched = resolve(policies_dir).directory
+            if watched is not None:
+                initial_hash = content_hash(watched)
             self._compiled = compile_bundle(read_bundle(policies_dir))
         except PolicyLoadError as exc:
             if strict:
                 raise
             self._fail(str(exc))
-        if policies_dir is not None:
-            self._watcher = PolicyWatcher(
-                policies_dir, settings.reload_interval_s, initial_hash, self._apply, self._fail
-            )
+        if watched is not None:
+            self._watcher = PolicyWatcher(watched, settings.reload_interval_s, initial_hash, self._apply, self._fail)
         self._start_watcher()
 
     # --- loading -------------------------------------------------------------------------
@@ -474,10 +484,11 @@ def build_engine(
     strict: bool = True,
     on_reload: Callable[[bool, str | None], None] | None = None,
 ) -> EmbeddedEngine | OpaEngine:
-    """The configured engine. Embedded: loads `policies_dir` now (None: a built-in minimal
-    policy) and raises PolicyLoadError if it is broken, unless strict=False (then it starts
-    unhealthy, decides by on_error, and picks the policy up once fixed). Call from the
-    thread that runs the event loop."""
+    """The configured engine. Embedded: loads `policies_dir` now (a directory, or the packaged
+    library: None or `builtin` for the safe default, `example:NAME` for an example) and
+    raises PolicyLoadError if it is broken, unless strict=False (then it starts unhealthy,
+    decides by on_error, and picks the policy up once fixed). Call from the thread that runs
+    the event loop."""
     if settings.engine == "opa":
         return OpaEngine(settings)
     return EmbeddedEngine(settings, policies_dir, strict=strict, on_reload=on_reload)
