@@ -26,8 +26,9 @@ from typing import Any, Final
 
 import orjson
 
-from sidecar.policy._regorus import UNDEFINED, Engine, RegoError, is_fatal, static_check
-from sidecar.policy.sources import PolicyLoadError, resolve
+from sidecar.policy._regorus import UNDEFINED, Engine, RegoError, is_fatal
+from sidecar.policy.sources import PolicyLoadError as PolicyLoadError
+from sidecar.policy.sources import resolve
 
 log = logging.getLogger("sidecar.policy")
 
@@ -172,10 +173,13 @@ class CompiledPolicy:
     defined: frozenset[str]
     thread_id: int
     loaded_at: float
+    warnings: tuple[str, ...] = ()  # lint warnings (sidecar/policy/lint.py); errors refuse the load
 
 
 def compile_bundle(bundle: PolicyBundle, *, require_decision: bool = True) -> CompiledPolicy:
-    """Parse, add data, check statically, and evaluate every entry point once.
+    """Parse, add data, evaluate every entry point once (regorus then finds unsafe variables
+    in every rule), and lint every branch (sidecar/policy/lint.py: unknown functions, arity,
+    types, conflicts, data types). Any error refuses the bundle: a reload keeps the last good.
 
     Must run on the thread that will evaluate (regorus engines are thread-bound).
     """
@@ -208,25 +212,14 @@ def compile_bundle(bundle: PolicyBundle, *, require_decision: bool = True) -> Co
             defined.add(rule)
     if require_decision and DECISION not in defined:
         raise PolicyLoadError("no policy defines data.sidecar.decision (package sidecar)")
-    try:
-        static_check(list(bundle.modules), bundle.data, _entry_points(engine))
-    except RegoError as exc:
-        raise PolicyLoadError(str(exc)) from None
-    return CompiledPolicy(bundle, engine, frozenset(defined), threading.get_ident(), time.time())
+    from sidecar.policy.lint import Severity, lint, lint_data  # (lint reads this module's AST helpers)
 
-
-def _entry_points(engine: Engine) -> list[str]:
-    """Every non-function rule of the (non-test) modules, so the static check sees them all."""
-    found: set[str] = set()
-    for module in engine.ast():
-        if str(module.get("source", {}).get("file", "")).endswith("_test.rego"):
-            continue
-        package = package_of(module)
-        for item in module.get("ast", {}).get("rules", []):
-            head = (item.get("Spec") or {}).get("head") or {}
-            if "Func" not in head and (name := rule_name(item)):
-                found.add(f"{package}.{name}")
-    return sorted(found)
+    findings = [*lint_data(bundle.data), *lint(engine.ast(), bundle.data)]
+    errors = [str(f) for f in findings if f.severity is Severity.ERROR]
+    if errors:
+        raise PolicyLoadError("\n".join(errors))
+    warnings = tuple(str(f) for f in findings if f.severity is Severity.WARNING)
+    return CompiledPolicy(bundle, engine, frozenset(defined), threading.get_ident(), time.time(), warnings)
 
 
 def _rule_exists(engine: Engine, rule: str) -> bool:
