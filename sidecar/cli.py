@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from sidecar.demo import run_demo
 
-    return asyncio.run(run_demo(verbose=args.verbose, rejection_log=args.rejection_log))
+    return asyncio.run(run_demo(verbose=args.verbose, rejection_log=args.rejection_log, decision_log=args.decision_log))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="offline demo: scripted model, sidecar and a support agent")
     demo.add_argument("-v", "--verbose", action="store_true", help="also print the sidecar's log lines")
     demo.add_argument("--rejection-log", metavar="FILE", help="keep the rejected-payload log in FILE")
+    demo.add_argument(
+        "--decision-log", metavar="FILE", help="write every policy decision with its input to FILE (policy replay)"
+    )
     demo.set_defaults(func=_demo)
 
     for register in _registrars():

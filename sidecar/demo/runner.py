@@ -57,8 +57,9 @@ async def _scene(number: int, scene: Scene, model: ScriptedModel, sidecar: Runni
     _say(f"  → {scene.explain}")
 
 
-async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> int:
-    """`rejection_log`: keep the log there (for `sidecar rejections top/promote`), not in a temp dir."""
+async def run_demo(verbose: bool = False, rejection_log: str | None = None, decision_log: str | None = None) -> int:
+    """`rejection_log`: keep the log there (for `sidecar rejections top/promote`), not in a temp dir.
+    `decision_log`: also record every policy decision with its input there (`sidecar policy replay`)."""
     with tempfile.TemporaryDirectory(prefix="sidecar-demo-") as tmp:
         log = Path(rejection_log) if rejection_log else Path(tmp) / "rejections.jsonl"
         async with ScriptedModel([]) as model:
@@ -70,6 +71,7 @@ async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> i
                     "openai_upstream": model.url,
                     "rejection_log": {"path": str(log)},
                     "policies": _POLICIES,
+                    "policy": {"decision_log": {"path": decision_log}},
                 },
                 environ={},
             )

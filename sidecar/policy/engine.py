@@ -20,6 +20,7 @@ import aiohttp
 
 from sidecar.config import PolicySettings
 from sidecar.policy._regorus import UNDEFINED, RegoError, is_fatal
+from sidecar.policy.decision_log import DecisionLog
 from sidecar.policy.loader import (
     DECISION,
     RESULT_DECISION,
@@ -176,6 +177,21 @@ class _Interpreting:
 
     on_error: OnError
     eval_errors: int
+    name: str
+    decision_log: DecisionLog | None = None
+
+    def _revision(self) -> str | None:
+        return None
+
+    def _record(self, document: dict[str, Any], decision: Decision) -> Decision:
+        """The decision log line for a tool_call decision (when the log is configured)."""
+        if self.decision_log is not None:
+            self.decision_log.record(document, decision, engine=self.name, revision=self._revision())
+        return decision
+
+    async def _close_log(self) -> None:
+        if self.decision_log is not None:
+            await asyncio.to_thread(self.decision_log.close)
 
     def _decision(self, value: Any, error: str | None, undefined: Decision | None) -> Decision | None:
         if error is not None:
@@ -220,6 +236,7 @@ class EmbeddedEngine(_Interpreting):
         on_reload: ReloadHook | None = None,
     ) -> None:
         self.on_error: OnError = settings.on_error
+        self.decision_log = DecisionLog.from_settings(settings.decision_log, settings.mode)
         self.reload_interval_s = settings.reload_interval_s
         self.policies_dir = policies_dir
         self.on_reload = on_reload
@@ -331,7 +348,11 @@ class EmbeddedEngine(_Interpreting):
 
     async def decide(self, input: dict[str, Any]) -> Decision:
         self._start_watcher()
-        return self.decide_sync(input)
+        return self._record(input, self.decide_sync(input))
+
+    def _revision(self) -> str | None:
+        compiled = self._compiled
+        return compiled.bundle.revision if compiled is not None else None
 
     async def visible_tools(self, input: dict[str, Any]) -> list[str] | None:
         self._start_watcher()
@@ -355,6 +376,7 @@ class EmbeddedEngine(_Interpreting):
     async def close(self) -> None:
         if self._watcher is not None:
             await self._watcher.stop()
+        await self._close_log()
 
 
 class OpaError(Exception):
@@ -433,6 +455,7 @@ class OpaEngine(_Interpreting):
 
     def __init__(self, settings: PolicySettings) -> None:
         self.on_error: OnError = settings.on_error
+        self.decision_log = DecisionLog.from_settings(settings.decision_log, settings.mode)
         self._client = _OpaClient(settings.opa_url, settings.opa_timeout_s, settings.opa_token)
         self.eval_errors = 0
         self.reload_errors = 0
@@ -455,7 +478,7 @@ class OpaEngine(_Interpreting):
     async def decide(self, input: dict[str, Any]) -> Decision:
         decision = self._decision(*await self._query(DECISION, input), undefined_decision())
         assert decision is not None
-        return decision
+        return self._record(input, decision)
 
     async def visible_tools(self, input: dict[str, Any]) -> list[str] | None:
         return self._visible(*await self._query(VISIBLE_TOOLS, input))
@@ -475,6 +498,7 @@ class OpaEngine(_Interpreting):
 
     async def close(self) -> None:
         await self._client.close()
+        await self._close_log()
 
 
 def build_engine(
