@@ -82,14 +82,21 @@ def test_apply_mode(mode: str, allow: bool, expect_allow: bool, expect_flag: boo
         assert effective.require_approval is None
 
 
-async def test_builtin_policy_without_directory() -> None:
+async def test_packaged_default_without_directory() -> None:
+    """No --policies: the packaged default. Undeclared tools refused, every tool side-effecting
+    (replays refused), no approvals, every tool visible, and its data reaches the tool traits."""
     from tests.policy.cases import call
 
     engine = build_engine(settings(), None)
-    assert (await engine.decide(call("anything"))).allow is True
+    assert (await engine.decide(call("anything"))).rule == "unlisted"
     assert (await engine.decide(call("x", tool={"declared": False}))).allow is False
-    assert await engine.visible_tools({"tools": ["a"]}) is None
+    replayed = await engine.decide(call("x", replay={"count": 1}))
+    assert (replayed.allow, replayed.rule) == (False, "replay")
+    big = await engine.decide(call("payments_refund", {"amount": 10**9}))
+    assert big.allow is True and big.require_approval is None
+    assert await engine.visible_tools({"tools": ["a"]}) == ["a"]
     assert await engine.result_decision(call("x")) is None
+    assert engine.data["sidecar"]["unlisted_tool"]["side_effects"] is True
     await engine.close()
 
 
