@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import subprocess
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import aiohttp
@@ -24,12 +22,11 @@ from sidecar.config import PolicySettings
 from sidecar.policy.opa_stub import make_app
 from sidecar.policy.sources import init_directory
 from sidecar.scripted import RecordedRequest
-from tests.helpers.ports import free_port
+from tests.helpers import opa_go
 
 REPO = Path(__file__).resolve().parents[2]
 # The packaged support example (sidecar/policy/library), by the name users give it.
 POLICIES = "example:support"
-OPA_BINARY = shutil.which("opa")
 T = TypeVar("T")
 
 
@@ -64,36 +61,9 @@ async def opa_stub() -> AsyncIterator[StubServer]:
 
 
 @pytest.fixture(scope="session")
-def real_opa(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`opa run --server` over the support example (only when the binary exists)."""
-    assert OPA_BINARY is not None
-    directory = tmp_path_factory.mktemp("opa-policies")
-    init_directory(directory, "support")
-    port = free_port()
-    proc = subprocess.Popen(
-        [OPA_BINARY, "run", "--server", "--addr", f"127.0.0.1:{port}", str(directory)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def wait() -> None:  # sync: this fixture may be set up while an event loop runs
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("opa did not start")
-
-    try:
-        wait()
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def opa_bindings(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """OPA's Go evaluator (see tests/helpers/opa_go.py)."""
+    return opa_go.load(tmp_path_factory.mktemp("opa-go"))
 
 
 def copy_policies(target: Path) -> Path:

@@ -13,7 +13,10 @@ from sidecar.policy.cli import check
 from sidecar.policy.engine import EmbeddedEngine
 from tests.policy.conftest import copy_policies
 
-HEAD = 'package sidecar\nimport rego.v1\ndecision := {"allow": true} if { input.never == 1; ok } else := {"allow": false}\n'
+HEAD = (
+    'package sidecar\nimport rego.v1\ndecision := {"allow": true} if { input.never == 1; ok } '
+    'else := {"allow": false}\n'
+)
 
 
 def _check(tmp_path: Path, rego: str, data: dict | None = None) -> tuple[int, str]:
