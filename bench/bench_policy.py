@@ -23,12 +23,11 @@ from aiohttp import web
 from sidecar.config import PolicySettings
 from sidecar.policy.engine import EmbeddedEngine, OpaEngine
 from sidecar.policy.opa_stub import make_app
-
-REPO = Path(__file__).resolve().parents[1]
+from sidecar.policy.sources import LIBRARY
 
 
 def make_policies(directory: Path, tools: int = 50) -> list[str]:
-    shutil.copy(REPO / "policies" / "sidecar.rego", directory / "sidecar.rego")
+    shutil.copy(LIBRARY / "rules" / "sidecar.rego", directory / "sidecar.rego")
     entries: dict[str, Any] = {}
     for i in range(tools):
         kind = i % 5

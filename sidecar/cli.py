@@ -85,7 +85,7 @@ def _demo(args: argparse.Namespace) -> int:
         print("sidecar demo: the demo drives the official Anthropic SDK: pip install 'sidecar[demo]'", file=sys.stderr)
         return 1
 
-    return asyncio.run(run_demo(verbose=args.verbose, rejection_log=args.rejection_log))
+    return asyncio.run(run_demo(verbose=args.verbose, rejection_log=args.rejection_log, decision_log=args.decision_log))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("-v", "--verbose", action="store_true", help="also print the sidecar's JSON log lines")
     demo.add_argument("--rejection-log", metavar="FILE", help="keep the rejected-payload log in FILE")
+    demo.add_argument(
+        "--decision-log", metavar="FILE", help="write every policy decision with its input to FILE (policy replay)"
+    )
     demo.set_defaults(func=_demo)
 
     for register in _registrars():

@@ -86,6 +86,19 @@ class RejectionLogSettings(_Section):
     )
 
 
+class DecisionLogSettings(_Section):
+    """One JSON line per tool-call decision with its full input (redacted), for `sidecar policy
+    replay`. Off by default: it records every call's arguments, allowed ones included (customer
+    addresses, amounts), which operators should opt into. `path: "-"` writes to stdout."""
+
+    path: str | None = None
+    max_bytes: int = Field(50 * 1024 * 1024, ge=1024)
+    backups: int = Field(5, ge=0)
+    redact_keys: list[str] = Field(
+        default_factory=lambda: ["password", "secret", "token", "api_key", "authorization", "credential"]
+    )
+
+
 class PolicySettings(_Section):
     engine: Literal["embedded", "opa"] = "embedded"
     mode: Literal["enforce", "shadow", "off"] = "enforce"
@@ -94,6 +107,7 @@ class PolicySettings(_Section):
     opa_timeout_s: float = Field(0.25, gt=0)
     opa_token: str | None = None
     reload_interval_s: float = Field(0.5, gt=0)
+    decision_log: DecisionLogSettings = Field(default_factory=DecisionLogSettings)
 
 
 class StateSettings(_Section):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from sidecar.app import Running, start
 from sidecar.config import load_settings
+from sidecar.policy.sources import init_directory
 from sidecar.scripted import ScriptedModel
 from tests.helpers.redis_server import run_redis_server
 
@@ -26,8 +28,19 @@ async def model() -> AsyncIterator[ScriptedModel]:
 
 @pytest.fixture
 async def start_sidecar(model: ScriptedModel, tmp_path: Any) -> AsyncIterator[StartSidecar]:
-    """Starts sidecars on free ports, upstreams pointing at the scripted model."""
+    """Starts sidecars on free ports, upstreams pointing at the scripted model.
+
+    Unless a test picks `policies`, it gets the packaged default with one change: unlisted
+    tools are read-only. Most tests send the same call more than once in one (derived)
+    session to check transparency; under the real default (every tool side-effecting) those
+    repeats are replays. The default itself is tested in tests/policy and tests/replay."""
     running: list[Running] = []
+    transparent = tmp_path / "transparent-policy"
+    init_directory(transparent)
+    data_file = transparent / "data.json"
+    data = json.loads(data_file.read_text())
+    data["sidecar"]["unlisted_tool"]["side_effects"] = False
+    data_file.write_text(json.dumps(data))
 
     async def _start(**overrides: Any) -> Running:
         flags: dict[str, Any] = {
@@ -36,6 +49,7 @@ async def start_sidecar(model: ScriptedModel, tmp_path: Any) -> AsyncIterator[St
             "anthropic_upstream": model.url,
             "openai_upstream": model.url,
             "rejection_log": {"path": str(tmp_path / "rejections.jsonl")},
+            "policies": str(transparent),
         }
         flags.update(overrides)
         sidecar = await start(load_settings(flags=flags, environ={}))

@@ -44,6 +44,18 @@ TOOLS: list[dict[str, Any]] = [
             "required": ["ticket_id", "to", "body"],
         },
     },
+    {
+        "name": "payments_refund",
+        "description": "Refund an amount to the customer of a ticket",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "ticket_id": {"type": "string", "pattern": "^T-[0-9]+$"},
+                "amount": {"type": "number", "exclusiveMinimum": 0},
+            },
+            "required": ["ticket_id", "amount"],
+        },
+    },
 ]
 
 
@@ -53,6 +65,8 @@ def run_tool(name: str, arguments: dict[str, Any]) -> str:
         return json.dumps({"tickets": [{"id": "T-1042", "subject": "Refund not received"}]})
     if name == "support_tickets_get_context":
         return json.dumps({"customer": "ana@example.com", "orders": 3})
+    if name == "payments_refund":
+        return json.dumps({"status": "refunded", "amount": arguments.get("amount")})
     return json.dumps({"status": "sent", "to": arguments.get("to")})
 
 

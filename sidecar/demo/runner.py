@@ -23,10 +23,10 @@ from sidecar.demo.narrate import LABEL, VERDICT_WORDS, Narrator, Say, Verdict, l
 from sidecar.demo.scenes import SCENES, Scene
 from sidecar.scripted import ScriptedModel
 
-# The policies every scene runs under: the support-domain policy library (sidecar.rego and
-# data.json: which tools have side effects, blocked domains, who approves what). The one place
-# the demo chooses it.
-POLICIES = str(Path(__file__).resolve().parents[2] / "policies")
+# The policies every scene runs under: the support example of the policy library packaged with
+# the sidecar (data.json: which tools have side effects, blocked domains, who approves what).
+# The one place the demo chooses it; works from a wheel as from a checkout.
+POLICIES = "example:support"
 # Not a secret: it only opens this demo's admin port on loopback, for the approvals CLI.
 ADMIN_TOKEN = "demo-admin-token-not-a-secret"
 
@@ -145,17 +145,19 @@ def _what_next(say: Say, rejection_log: Path | None) -> None:
     say("       export OPENAI_BASE_URL=http://127.0.0.1:8080/v1")
     say("     Start with SIDECAR_ENFORCEMENT__MODE=observe to only log what it would refuse.")
     say("  2. See what it counts: sidecar status; curl -s http://127.0.0.1:9477/metrics | grep ^sidecar_")
-    say("  3. Edit a policy: the library this demo ran is policies/ in the repository (sidecar.rego, data.json);")
-    say("     copy it, change data.json (blocked domains, approval groups, side effects), check it with")
+    say("  3. Edit a policy: copy out the one this demo ran with `sidecar policy init DIR --example support`,")
+    say("     change DIR/data.json (blocked domains, approval groups, side effects), check it with")
     say("     `sidecar policy test DIR`, run it with `sidecar run --policies DIR` (reloaded on every edit).")
     if rejection_log is not None:
         say(f"  4. What was refused, grouped: sidecar rejections top {rejection_log}")
 
 
-async def play(say: Say = _print, rejection_log: str | None = None, verbose: bool = False) -> DemoResult:
-    """Every scene through one sidecar; returns what was shown and what was counted."""
-    if not await asyncio.to_thread(Path(POLICIES).is_dir):
-        raise RuntimeError(f"the demo's policy library is not installed: {POLICIES} is missing")
+async def play(
+    say: Say = _print, rejection_log: str | None = None, verbose: bool = False, decision_log: str | None = None
+) -> DemoResult:
+    """Every scene through one sidecar; returns what was shown and what was counted.
+
+    `decision_log`: also record every policy decision with its input there (`sidecar policy replay`)."""
     with tempfile.TemporaryDirectory(prefix="sidecar-demo-") as tmp:
         log = Path(rejection_log) if rejection_log else Path(tmp) / "rejections.jsonl"
         async with ScriptedModel([]) as model:
@@ -168,6 +170,7 @@ async def play(say: Say = _print, rejection_log: str | None = None, verbose: boo
                     "rejection_log": {"path": str(log)},
                     "policies": POLICIES,
                     "admin_token": ADMIN_TOKEN,
+                    "policy": {"decision_log": {"path": decision_log}},
                 },
                 environ={},
             )
@@ -197,11 +200,11 @@ async def play(say: Say = _print, rejection_log: str | None = None, verbose: boo
     return result
 
 
-async def run_demo(verbose: bool = False, rejection_log: str | None = None) -> int:
+async def run_demo(verbose: bool = False, rejection_log: str | None = None, decision_log: str | None = None) -> int:
     """`sidecar demo`: exit 1 if the counters disagree with what the scenes showed."""
     try:
-        result = await play(rejection_log=rejection_log, verbose=verbose)
-    except RuntimeError as exc:  # no policy library, a CLI step that failed: say so, no traceback
+        result = await play(rejection_log=rejection_log, verbose=verbose, decision_log=decision_log)
+    except RuntimeError as exc:  # a CLI step that failed: say so, no traceback
         print(f"sidecar demo: {exc}", file=sys.stderr)
         return 1
     sys.stdout.flush()

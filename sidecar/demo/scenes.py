@@ -29,10 +29,7 @@ class Scene:
 
 SEARCH_OK = ToolCallSpec("support_tickets_search", {"query": "refund", "status": "OPEN", "limit": 5})
 
-_SEND_REFUND_NOTE = ToolCallSpec(
-    "support_replies_send",
-    {"ticket_id": "T-1042", "to": "ana@example.com", "body": "Your refund was issued today."},
-)
+_REFUND = ToolCallSpec("payments_refund", {"ticket_id": "T-1042", "amount": 40})
 _SEND_OUTSIDE = ToolCallSpec(
     "support_replies_send",
     {"ticket_id": "T-1042", "to": "bob@partner.example.org", "body": "Your refund was approved."},
@@ -79,34 +76,32 @@ SCENES: list[Scene] = [
         '"OPEN", "10" is a string) and what was expected, and fixed both.',
     ),
     Scene(
-        "Replay: the model sends the same email twice; the second is answered from the ledger",
-        "Tell the customer of T-1042 that the refund was issued.",
+        "Replay: the model issues the same refund twice; the second is answered from the ledger",
+        "Refund the 40 EUR of T-1042.",
         [
-            Turn(text="Sending the reply.", tool_calls=[_SEND_REFUND_NOTE]),
-            Turn(text="Let me send that to be sure.", tool_calls=[_SEND_REFUND_NOTE]),
+            Turn(text="Issuing the refund.", tool_calls=[_REFUND]),
+            Turn(text="Let me issue that to be sure.", tool_calls=[_REFUND]),
             Turn(
-                text="The sidecar tells me this exact reply was already sent earlier, so I did not send it "
-                "again. The customer has been told."
+                text="The sidecar tells me this exact refund was already issued earlier, so I did not issue "
+                "it again. The customer has been refunded once."
             ),
         ],
-        "support_replies_send has side effects (data.json), so an identical repeat in the same session never "
-        "reaches the agent: the model gets the first call's time and result instead. One email went out.",
+        "payments_refund has side effects (example:support data.json), so an identical repeat in the same "
+        "session never reaches the agent: the model gets the first call's time and result instead. One refund "
+        "was issued.",
     ),
     Scene(
-        "Human approval: an email to an outside address waits for a support lead, then goes out once",
+        "Human approval: every customer reply waits for a support lead, then goes through once",
         "Tell bob@partner.example.org that the refund for T-1042 was approved.",
         [
             Turn(text="Sending the reply.", tool_calls=[_SEND_OUTSIDE]),
-            Turn(
-                text="This reply goes to an address outside example.com, so it awaits approval by "
-                "support-leads. I will send it once it is approved."
-            ),
+            Turn(text="Every customer reply awaits approval by support-leads. I will send it once it is approved."),
             Turn(text="It is approved now; sending.", tool_calls=[_SEND_OUTSIDE]),
             Turn(text="Done: Bob has been told."),
         ],
-        "The policy (data.json: approval for recipients outside example.com) held the call. Only a person "
-        "with the admin token can approve, with the real CLI above; the approval covers exactly this call "
-        "(session, tool, arguments) and lets it through once.",
+        "The support example asks a support lead to approve every customer reply (data.json: approval of "
+        "support_replies_send). Only a person with an admin token can approve, with the real CLI above; the "
+        "approval covers exactly this call (session, tool, arguments) and lets it through once.",
         then=[(_support_lead_approves, "It is approved, please send it now.")],
     ),
     Scene(
@@ -119,7 +114,7 @@ SCENES: list[Scene] = [
                 "domain). Shall I send it to the customer's address on file instead?"
             ),
         ],
-        "The Rego policy refuses replies to blocked domains (data.json: blocked_recipients). The model got "
-        "the reason and told the user; nothing was sent.",
+        "The support example (example:support, data.json: blocked_recipients) refuses replies to blocked "
+        "domains. The model got the reason and told the user; nothing was sent.",
     ),
 ]

@@ -121,6 +121,7 @@ class PolicyFilter(PolicyPhase):
         check.policy_reasons = decision.reasons
         effective, shadow_refused = apply_mode(decision, self.mode)
         if shadow_refused:
+            self.metrics.policy_decision_flip(check.call.name, "allow", decision.outcome)  # let through; policy differs
             would = verdict_for(decision)
             if would is not None:
                 check.observed.append(would)

@@ -128,20 +128,3 @@ class Engine:
 
     def clone(self) -> Engine:
         return Engine(self._raw.clone())
-
-
-def static_check(modules: list[tuple[str, str]], data: dict[str, Any], entry_points: list[str]) -> None:
-    """Find unknown functions anywhere in the policy (evaluation only finds those it reaches).
-
-    Uses regorus' RVM compiler, which resolves every call statically. The RVM is experimental,
-    so only its "unknown function" verdicts are trusted; anything else it rejects is ignored
-    (the interpreter, not the RVM, evaluates decisions).
-    """
-    try:
-        regorus.Program.compile_from_modules(orjson.dumps(data).decode(), modules, entry_points)
-    except BaseException as exc:
-        if is_fatal(exc):
-            raise
-        err = clean_error(exc)
-        if "unknown function" in err.message.lower():
-            raise err from None

@@ -20,6 +20,7 @@ import aiohttp
 
 from sidecar.config import PolicySettings
 from sidecar.policy._regorus import UNDEFINED, RegoError, is_fatal
+from sidecar.policy.decision_log import DecisionLog
 from sidecar.policy.loader import (
     DECISION,
     RESULT_DECISION,
@@ -33,6 +34,7 @@ from sidecar.policy.loader import (
     content_hash,
     read_bundle,
 )
+from sidecar.policy.sources import resolve
 
 log = logging.getLogger("sidecar.policy")
 
@@ -48,6 +50,9 @@ class Decision:
     require_approval: dict[str, Any] | None = None
     retryable: bool = False
     error: str | None = None
+    # Id of the rule that decided, when the policy says (the shipped library does): the
+    # decision log and `sidecar policy replay` count flips per rule.
+    rule: str | None = None
 
     @property
     def outcome(self) -> str:
@@ -65,6 +70,8 @@ class Decision:
             "require_approval": self.require_approval,
             "retryable": self.retryable,
         }
+        if self.rule is not None:
+            out["rule"] = self.rule
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -97,6 +104,8 @@ def decision_from_value(value: Any) -> Decision:
         reasons=[str(r) for r in reasons],
         require_approval=approval,
         retryable=bool(value.get("retryable", False)),
+        # Optional: only a string names a rule; anything else is ignored, never an error.
+        rule=rule if isinstance(rule := value.get("rule"), str) else None,
     )
 
 
@@ -172,6 +181,21 @@ class _Interpreting:
 
     on_error: OnError
     eval_errors: int
+    name: str
+    decision_log: DecisionLog | None = None
+
+    def _revision(self) -> str | None:
+        return None
+
+    def _record(self, document: dict[str, Any], decision: Decision) -> Decision:
+        """The decision log line for a tool_call decision (when the log is configured)."""
+        if self.decision_log is not None:
+            self.decision_log.record(document, decision, engine=self.name, revision=self._revision())
+        return decision
+
+    async def _close_log(self) -> None:
+        if self.decision_log is not None:
+            await asyncio.to_thread(self.decision_log.close)
 
     def _decision(self, value: Any, error: str | None, undefined: Decision | None) -> Decision | None:
         if error is not None:
@@ -216,6 +240,7 @@ class EmbeddedEngine(_Interpreting):
         on_reload: ReloadHook | None = None,
     ) -> None:
         self.on_error: OnError = settings.on_error
+        self.decision_log = DecisionLog.from_settings(settings.decision_log, settings.mode)
         self.reload_interval_s = settings.reload_interval_s
         self.policies_dir = policies_dir
         self.on_reload = on_reload
@@ -227,18 +252,20 @@ class EmbeddedEngine(_Interpreting):
         self._watcher: PolicyWatcher | None = None
         self._local = threading.local()
         initial_hash = ""
+        watched: str | None = None
         try:
-            if policies_dir is not None:
-                initial_hash = content_hash(policies_dir)
+            # A directory is watched for changes; the packaged library (None, `builtin`,
+            # `example:NAME`) is part of the installed package and never changes.
+            watched = resolve(policies_dir).directory
+            if watched is not None:
+                initial_hash = content_hash(watched)
             self._compiled = compile_bundle(read_bundle(policies_dir))
         except PolicyLoadError as exc:
             if strict:
                 raise
             self._fail(str(exc))
-        if policies_dir is not None:
-            self._watcher = PolicyWatcher(
-                policies_dir, settings.reload_interval_s, initial_hash, self._apply, self._fail
-            )
+        if watched is not None:
+            self._watcher = PolicyWatcher(watched, settings.reload_interval_s, initial_hash, self._apply, self._fail)
         self._start_watcher()
 
     # --- loading -------------------------------------------------------------------------
@@ -329,7 +356,11 @@ class EmbeddedEngine(_Interpreting):
 
     async def decide(self, input: dict[str, Any]) -> Decision:
         self._start_watcher()
-        return self.decide_sync(input)
+        return self._record(input, self.decide_sync(input))
+
+    def _revision(self) -> str | None:
+        compiled = self._compiled
+        return compiled.bundle.revision if compiled is not None else None
 
     async def visible_tools(self, input: dict[str, Any]) -> list[str] | None:
         self._start_watcher()
@@ -357,6 +388,7 @@ class EmbeddedEngine(_Interpreting):
     async def close(self) -> None:
         if self._watcher is not None:
             await self._watcher.stop()
+        await self._close_log()
 
 
 class OpaError(Exception):
@@ -435,6 +467,7 @@ class OpaEngine(_Interpreting):
 
     def __init__(self, settings: PolicySettings) -> None:
         self.on_error: OnError = settings.on_error
+        self.decision_log = DecisionLog.from_settings(settings.decision_log, settings.mode)
         self._client = _OpaClient(settings.opa_url, settings.opa_timeout_s, settings.opa_token)
         self.eval_errors = 0
         self.reload_errors = 0
@@ -461,7 +494,7 @@ class OpaEngine(_Interpreting):
     async def decide(self, input: dict[str, Any]) -> Decision:
         decision = self._decision(*await self._query(DECISION, input), undefined_decision())
         assert decision is not None
-        return decision
+        return self._record(input, decision)
 
     async def visible_tools(self, input: dict[str, Any]) -> list[str] | None:
         return self._visible(*await self._query(VISIBLE_TOOLS, input))
@@ -486,6 +519,7 @@ class OpaEngine(_Interpreting):
 
     async def close(self) -> None:
         await self._client.close()
+        await self._close_log()
 
 
 def build_engine(
@@ -495,10 +529,11 @@ def build_engine(
     strict: bool = True,
     on_reload: Callable[[bool, str | None], None] | None = None,
 ) -> EmbeddedEngine | OpaEngine:
-    """The configured engine. Embedded: loads `policies_dir` now (None: a built-in minimal
-    policy) and raises PolicyLoadError if it is broken, unless strict=False (then it starts
-    unhealthy, decides by on_error, and picks the policy up once fixed). Call from the
-    thread that runs the event loop."""
+    """The configured engine. Embedded: loads `policies_dir` now (a directory, or the packaged
+    library: None or `builtin` for the safe default, `example:NAME` for an example) and
+    raises PolicyLoadError if it is broken, unless strict=False (then it starts unhealthy,
+    decides by on_error, and picks the policy up once fixed). Call from the thread that runs
+    the event loop."""
     if settings.engine == "opa":
         return OpaEngine(settings)
     return EmbeddedEngine(settings, policies_dir, strict=strict, on_reload=on_reload)

@@ -26,7 +26,9 @@ from typing import Any, Final
 
 import orjson
 
-from sidecar.policy._regorus import UNDEFINED, Engine, RegoError, is_fatal, static_check
+from sidecar.policy._regorus import UNDEFINED, Engine, RegoError, is_fatal
+from sidecar.policy.sources import PolicyLoadError as PolicyLoadError
+from sidecar.policy.sources import resolve
 
 log = logging.getLogger("sidecar.policy")
 
@@ -34,21 +36,6 @@ DECISION: Final = "data.sidecar.decision"
 VISIBLE_TOOLS: Final = "data.sidecar.visible_tools"
 RESULT_DECISION: Final = "data.sidecar.result_decision"
 ENTRY_POINTS: Final = (DECISION, VISIBLE_TOOLS, RESULT_DECISION)
-
-# Used when no policy directory is configured: refuse undeclared tools and invalid
-# arguments, allow everything else. The shipped library lives in policies/.
-BUILTIN_POLICY: Final = """package sidecar
-
-import rego.v1
-
-deny(reason) := {"allow": false, "reasons": [reason], "require_approval": null, "retryable": true}
-
-decision := deny(sprintf("tool %s is not declared in this request", [input.tool.name])) if {
-	input.tool.declared == false
-} else := deny(sprintf("arguments of %s do not match its schema", [input.tool.name])) if {
-	input.validation.valid == false
-} else := {"allow": true, "reasons": [], "require_approval": null, "retryable": false}
-"""
 
 # Inputs evaluated once at load: regorus reports unknown functions and other evaluation
 # errors only when it first evaluates them.
@@ -74,15 +61,11 @@ SAMPLE_RESULT: Final[dict[str, Any]] = {
 }
 
 
-class PolicyLoadError(Exception):
-    """The policy directory could not be read, parsed or validated; names file and line."""
-
-
 @dataclass(frozen=True)
 class PolicyBundle:
     """The sources of one policy revision (pure data: safe to build in any thread)."""
 
-    directory: str | None
+    directory: str | None  # the directory to watch; None for the packaged library
     modules: tuple[tuple[str, str], ...]  # (display path, text)
     data: dict[str, Any]
     revision: str
@@ -114,10 +97,6 @@ def policy_files(directory: str | os.PathLike[str], *, tests: bool = False) -> t
     return rego, data
 
 
-def _display(path: Path, root: Path, directory: str) -> str:
-    return os.path.join(directory, str(path.relative_to(root)))
-
-
 def _merge_at(target: dict[str, Any], prefix: tuple[str, ...], value: Any, source: str) -> None:
     for key in prefix:
         target = target.setdefault(key, {})
@@ -132,33 +111,32 @@ def _merge_at(target: dict[str, Any], prefix: tuple[str, ...], value: Any, sourc
             target[key] = item
 
 
-def read_bundle(directory: str | None, *, tests: bool = False) -> PolicyBundle:
-    """Read the sources (blocking file I/O; run it in a thread from async code)."""
-    if directory is None:
-        modules: tuple[tuple[str, str], ...] = (("<builtin>/sidecar.rego", BUILTIN_POLICY),)
-        return PolicyBundle(None, modules, {}, _revision(modules, b""))
-    root = Path(directory)
-    rego_paths, data_paths = policy_files(directory, tests=tests)
+def read_bundle(spec: str | os.PathLike[str] | None, *, tests: bool = False) -> PolicyBundle:
+    """Read the sources of a policy spec (a directory, `builtin` or None for the packaged
+    default, `example:NAME`); blocking file I/O, so run it in a thread from async code."""
+    source = resolve(spec)
     mods: list[tuple[str, str]] = []
     data: dict[str, Any] = {}
     raw_data = b""
     try:
-        for path in rego_paths:
-            mods.append((_display(path, root, directory), path.read_text(encoding="utf-8")))
-        for path in data_paths:
-            raw = path.read_bytes()
-            raw_data += raw
-            shown = _display(path, root, directory)
-            try:
-                loaded = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise PolicyLoadError(f"{shown}: invalid JSON: {exc}") from None
-            _merge_at(data, path.parent.relative_to(root).parts, loaded, shown)
+        for root in source.roots:
+            rego_paths, data_paths = policy_files(root, tests=tests)
+            for path in rego_paths:
+                mods.append((source.display(path, root), path.read_text(encoding="utf-8")))
+            for path in data_paths:
+                raw = path.read_bytes()
+                raw_data += raw
+                shown = source.display(path, root)
+                try:
+                    loaded = orjson.loads(raw)
+                except orjson.JSONDecodeError as exc:
+                    raise PolicyLoadError(f"{shown}: invalid JSON: {exc}") from None
+                _merge_at(data, path.parent.relative_to(root).parts, loaded, shown)
     except OSError as exc:
         raise PolicyLoadError(f"cannot read policy file: {exc}") from None
     if not mods:
-        raise PolicyLoadError(f"no .rego files in {directory}")
-    return PolicyBundle(directory, tuple(mods), data, _revision(tuple(mods), raw_data))
+        raise PolicyLoadError(f"no .rego files in {source.spec}")
+    return PolicyBundle(source.directory, tuple(mods), data, _revision(tuple(mods), raw_data))
 
 
 def _revision(modules: tuple[tuple[str, str], ...], data: bytes) -> str:
@@ -172,7 +150,7 @@ def _revision(modules: tuple[tuple[str, str], ...], data: bytes) -> str:
     return digest.hexdigest()[:16]
 
 
-def content_hash(directory: str) -> str:
+def content_hash(directory: str | os.PathLike[str]) -> str:
     """Hash of every policy source under `directory`, read through resolved symlinks."""
     digest = hashlib.sha256()
     rego, data = policy_files(directory)
@@ -195,10 +173,13 @@ class CompiledPolicy:
     defined: frozenset[str]
     thread_id: int
     loaded_at: float
+    warnings: tuple[str, ...] = ()  # lint warnings (sidecar/policy/lint.py); errors refuse the load
 
 
 def compile_bundle(bundle: PolicyBundle, *, require_decision: bool = True) -> CompiledPolicy:
-    """Parse, add data, check statically, and evaluate every entry point once.
+    """Parse, add data, evaluate every entry point once (regorus then finds unsafe variables
+    in every rule), and lint every branch (sidecar/policy/lint.py: unknown functions, arity,
+    types, conflicts, data types). Any error refuses the bundle: a reload keeps the last good.
 
     Must run on the thread that will evaluate (regorus engines are thread-bound).
     """
@@ -231,25 +212,14 @@ def compile_bundle(bundle: PolicyBundle, *, require_decision: bool = True) -> Co
             defined.add(rule)
     if require_decision and DECISION not in defined:
         raise PolicyLoadError("no policy defines data.sidecar.decision (package sidecar)")
-    try:
-        static_check(list(bundle.modules), bundle.data, _entry_points(engine))
-    except RegoError as exc:
-        raise PolicyLoadError(str(exc)) from None
-    return CompiledPolicy(bundle, engine, frozenset(defined), threading.get_ident(), time.time())
+    from sidecar.policy.lint import Severity, lint, lint_data  # (lint reads this module's AST helpers)
 
-
-def _entry_points(engine: Engine) -> list[str]:
-    """Every non-function rule of the (non-test) modules, so the static check sees them all."""
-    found: set[str] = set()
-    for module in engine.ast():
-        if str(module.get("source", {}).get("file", "")).endswith("_test.rego"):
-            continue
-        package = package_of(module)
-        for item in module.get("ast", {}).get("rules", []):
-            head = (item.get("Spec") or {}).get("head") or {}
-            if "Func" not in head and (name := rule_name(item)):
-                found.add(f"{package}.{name}")
-    return sorted(found)
+    findings = [*lint_data(bundle.data), *lint(engine.ast(), bundle.data)]
+    errors = [str(f) for f in findings if f.severity is Severity.ERROR]
+    if errors:
+        raise PolicyLoadError("\n".join(errors))
+    warnings = tuple(str(f) for f in findings if f.severity is Severity.WARNING)
+    return CompiledPolicy(bundle, engine, frozenset(defined), threading.get_ident(), time.time(), warnings)
 
 
 def _rule_exists(engine: Engine, rule: str) -> bool:

@@ -4,7 +4,7 @@ No `opa` binary is available in CI, so the OPA engine (HTTP client side) is test
 this: `POST /v1/data/<path>` with `{"input": …}` answers `{"result": …}`, or `{}` when the
 rule is undefined, like OPA. It is not OPA: the Rego is evaluated by regorus. Knobs
 simulate a slow or failing server. Also usable by hand: `python -m sidecar.policy.opa_stub
-policies/ 8181`.
+example:support 8181` (a policy spec: a directory, `builtin` or `example:NAME`).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ async def _data(request: web.Request) -> web.Response:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    directory = args[0] if args else "policies"
+    directory = args[0] if args else "example:support"
     port = int(args[1]) if len(args) > 1 else 8181
     web.run_app(make_app(directory), host="127.0.0.1", port=port)
 

@@ -26,15 +26,14 @@ class ToolTraits:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ToolTraits:
-        """Reads `data.json` from `settings.policies` (if set) once, at startup."""
+        """Reads the policy data of `settings.policies` (unset: the packaged default) once, at startup."""
         data: dict[str, Any] = {}
-        if settings.policies:
-            from sidecar.policy.loader import PolicyLoadError, read_bundle
+        from sidecar.policy.loader import PolicyLoadError, read_bundle
 
-            try:
-                data = read_bundle(settings.policies).data
-            except PolicyLoadError as exc:
-                log.warning("tool traits: cannot read %s (%s); using config and defaults", settings.policies, exc)
+        try:
+            data = read_bundle(settings.policies).data
+        except PolicyLoadError as exc:
+            log.warning("tool traits: cannot read %s (%s); using config and defaults", settings.policies, exc)
         return cls(settings, data)
 
     def update(self, data: Mapping[str, Any]) -> None:

@@ -104,6 +104,8 @@ PATH_CLASSES = frozenset(
     {"models", "count_tokens", "files", "batches", "embeddings", "moderations", "audio", "images", "other"}
 )
 ENGINES = frozenset({"embedded", "opa"})
+# sidecar_policy_decision_flips_total{direction}: "<before>_to_<after>" over allow/deny/approval.
+FLIP_DIRECTIONS = frozenset(f"{a}_to_{b}" for a in DECISIONS[:3] for b in DECISIONS[:3] if a != b)
 
 # Longer names are not real tool names (providers cap them at 64-128 chars).
 _MAX_TOOL_NAME = 128
@@ -304,6 +306,13 @@ class Metrics:
             "Policy reloads that succeeded.",
             registry=r,
         )
+        self.policy_flips = Counter(
+            "sidecar_policy_decision_flips",
+            "Calls the policy decided differently from what was applied (shadow mode: the call "
+            "was let through, the policy said deny or approval).",
+            ["tool", "direction"],
+            registry=r,
+        )
         self.tools_hidden = Counter(
             "sidecar_tools_hidden",
             "Declared tools hidden from the model by the tool_list policy.",
@@ -492,6 +501,11 @@ class Metrics:
     def passthrough_request(self, provider: str, path_class: str) -> None:
         """A request forwarded untouched (it cannot carry a tool call)."""
         self._child(self.passthrough, _bounded(provider, PROVIDERS), _bounded(path_class, PATH_CLASSES)).inc()
+
+    def policy_decision_flip(self, tool: str, before: str, after: str) -> None:
+        """A decision flipped: `before` was applied, the policy said `after` (allow, deny, approval)."""
+        direction = _bounded(f"{before}_to_{after}", FLIP_DIRECTIONS)
+        self._child(self.policy_flips, self.tools.label(tool), direction).inc()
 
     def tool_hidden(self, tool: str) -> None:
         self._child(self.tools_hidden, self.tools.label(tool)).inc()

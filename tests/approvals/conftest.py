@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ import aiohttp
 import pytest
 
 from sidecar.app import Running
+from sidecar.policy.sources import init_directory
 from sidecar.scripted import ToolCallSpec
 from tests.helpers.redis_server import run_redis_server
 
@@ -42,13 +42,20 @@ def send(arguments: dict[str, Any]) -> ToolCallSpec:
 
 @pytest.fixture
 def policies_dir(tmp_path: Path) -> Path:
-    """The shipped policy, with `support_replies_send` repeatable so that a second identical
-    call reaches the approval logic instead of the replay guard's remembered answer."""
+    """The packaged support example, with `support_replies_send` repeatable (so that a second
+    identical call reaches the approval logic instead of the replay guard's remembered answer)
+    and approval only for recipients outside example.com (the example asks for every reply)."""
     target = tmp_path / "policies"
-    target.mkdir()
-    shutil.copy(REPO / "policies" / "sidecar.rego", target / "sidecar.rego")
-    data = json.loads((REPO / "policies" / "data.json").read_text())
-    data["sidecar"]["tools"]["support_replies_send"]["repeatable"] = True
+    init_directory(target, "support")
+    data = json.loads((target / "data.json").read_text())
+    send = data["sidecar"]["tools"]["support_replies_send"]
+    send["repeatable"] = True
+    send["approval"] = {
+        "recipient_arg": "to",
+        "allowed_domains": ["example.com"],
+        "group": "support-leads",
+        "ttl_s": 3600,
+    }
     (target / "data.json").write_text(json.dumps(data))
     return target
 

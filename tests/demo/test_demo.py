@@ -8,8 +8,9 @@ import shlex
 from sidecar.demo.runner import ADMIN_TOKEN, play
 
 EXPECTED = {
+    "payments_refund": {"allow": 1, "replay": 1},
     "support_tickets_search": {"allow": 2, "reject": 1},
-    "support_replies_send": {"allow": 2, "replay": 1, "approval": 1, "deny": 1},
+    "support_replies_send": {"allow": 1, "approval": 1, "deny": 1},
 }
 
 
@@ -31,15 +32,15 @@ async def test_the_summary_from_v1_status_agrees_with_the_scenes():
     assert result.repair_rounds_shown == result.repair_rounds_counted == 4
     assert result.agrees
     summary = next(scene for scene in _scenes(lines) if "What the sidecar counted" in scene[0])
-    rows = {line.split("  ")[1].strip(): line.split()[-2:] for line in summary[2:8]}
-    assert summary[1].split() == ["support_replies_send", "support_tickets_search"]
+    rows = {line.split("  ")[1].strip(): line.split()[-3:] for line in summary[2:8]}
+    assert summary[1].split() == ["payments_refund", "support_replies_send", "support_tickets_search"]
     assert rows == {
-        "allowed": ["2", "2"],
-        "refused: arguments": ["0", "1"],
-        "denied by policy": ["1", "0"],
-        "waiting for approval": ["1", "0"],
-        "answered from the ledger": ["1", "0"],
-        "calls": ["5", "3"],
+        "allowed": ["1", "1", "2"],
+        "refused: arguments": ["0", "0", "1"],
+        "denied by policy": ["0", "1", "0"],
+        "waiting for approval": ["0", "1", "0"],
+        "answered from the ledger": ["1", "0", "0"],
+        "calls": ["2", "3", "3"],
     }
     assert "  These are exactly the verdicts and repair rounds the scenes above showed." in summary
 

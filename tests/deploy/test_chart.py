@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from sidecar.config import load_settings
+from sidecar.policy.sources import init_directory
 from sidecar.telemetry.metrics import TOOL_BUCKETS
 from tests.deploy.chart import (
     CHART,
@@ -35,8 +36,16 @@ from tests.deploy.chart import (
 
 # The repository's shipped policy library, which the chart carries a copy of (Helm reads only
 # files inside the chart). The one place to repoint when the library moves.
-LIBRARY = REPO / "policies"
 CHART_LIBRARY = CHART / "files" / "policies"
+# The packaged policies the chart carries (policy.library), as `sidecar policy init` writes them.
+LIBRARIES = {"builtin": None, "support": "support"}
+
+
+def packaged_policy(name: str, tmp: Path) -> dict[str, bytes]:
+    """The files `sidecar policy init DIR [--example NAME]` writes for one packaged policy."""
+    init_directory(tmp / name, LIBRARIES[name])
+    return {p.name: p.read_bytes() for p in (tmp / name).iterdir()}
+
 
 VALUES = ["default", *ci_values_files()]
 
@@ -118,26 +127,29 @@ def test_default_values_render_the_shared_objects_only():
     assert "the approval endpoints refuse every request" in rendered.notes
 
 
-def test_policies_configmap_is_the_packaged_library_without_its_tests():
-    [policies] = [m for m in render().of_kind("ConfigMap") if m["metadata"]["name"] == "agent-sidecar-policies"]
-    library = {p.name: p.read_text() for p in LIBRARY.iterdir() if not p.name.endswith("_test.rego")}
-    assert policies["data"] == library
+@pytest.mark.parametrize("library", sorted(LIBRARIES))
+def test_policies_configmap_is_the_packaged_policy_without_its_tests(library, tmp_path):
+    rendered = render({"policy": {"library": library}})
+    [policies] = [m for m in rendered.of_kind("ConfigMap") if m["metadata"]["name"] == "agent-sidecar-policies"]
+    packaged = packaged_policy(library, tmp_path)
+    assert policies["data"] == {n: b.decode() for n, b in packaged.items() if not n.endswith("_test.rego")}
 
 
-def test_chart_carries_an_exact_copy_of_the_policy_library():
-    """Helm reads only files inside the chart: files/policies/ must equal the library."""
-    repo = {p.name: p.read_bytes() for p in LIBRARY.iterdir() if p.is_file()}
-    copy = {p.name: p.read_bytes() for p in CHART_LIBRARY.iterdir() if p.is_file()}
-    assert sorted(copy) == sorted(repo), f"copy {LIBRARY} to {CHART_LIBRARY}"
-    differing = [name for name in repo if repo[name] != copy[name]]
-    assert not differing, f"{differing} differ: copy {LIBRARY} to {CHART_LIBRARY}"
+@pytest.mark.parametrize("library", sorted(LIBRARIES))
+def test_chart_carries_an_exact_copy_of_the_packaged_policies(library, tmp_path):
+    """Helm reads only files inside the chart: files/policies/<name>/ must equal `policy init`."""
+    packaged = packaged_policy(library, tmp_path)
+    copy = {p.name: p.read_bytes() for p in (CHART_LIBRARY / library).iterdir() if p.is_file()}
+    example = "" if library == "builtin" else f" --example {library}"
+    fix = f"sidecar policy init {CHART_LIBRARY / library} --force{example}"
+    assert copy == packaged, f"the chart's copy is stale: {fix}"
 
 
-def test_policy_files_replace_library_files():
+def test_policy_files_replace_library_files(tmp_path):
     rendered = render(values_file("sidecar-values.yaml"))
     [policies] = [m for m in rendered.of_kind("ConfigMap") if m["metadata"]["name"].endswith("-policies")]
     assert json.loads(policies["data"]["data.json"]) == {"sidecar": {"tools": {"search": {"side_effects": False}}}}
-    assert policies["data"]["sidecar.rego"] == (LIBRARY / "sidecar.rego").read_text()
+    assert policies["data"]["sidecar.rego"] == packaged_policy("builtin", tmp_path)["sidecar.rego"].decode()
 
 
 def test_an_existing_policies_configmap_is_mounted_instead():

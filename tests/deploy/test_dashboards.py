@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -153,9 +154,24 @@ async def _until_scraped(prometheus: Prometheus, admin_url: str) -> None:
         await asyncio.sleep(0.2)
 
 
+def _dashboard_policies(tmp_path: Path) -> Path:
+    """The chart's support policy, with approval for replies outside example.com only (the
+    example asks for every reply), so one tool shows every verdict."""
+    target = tmp_path / "policies"
+    shutil.copytree(CHART / "files" / "policies" / "support", target)
+    data = json.loads((target / "data.json").read_text())
+    data["sidecar"]["tools"]["support_replies_send"]["approval"] = {
+        "recipient_arg": "to",
+        "allowed_domains": ["example.com"],
+        "group": "support-leads",
+    }
+    (target / "data.json").write_text(json.dumps(data))
+    return target
+
+
 async def test_every_panel_returns_data_from_a_real_prometheus(model, start_sidecar: StartSidecar, tmp_path: Path):
     running = await start_sidecar(
-        policies=str(CHART / "files" / "policies"),  # the library as the chart deploys it
+        policies=str(_dashboard_policies(tmp_path)),
         admin_token=TOKEN,
         openai_upstream=f"http://127.0.0.1:{free_port()}",  # nothing listens: upstream errors
     )

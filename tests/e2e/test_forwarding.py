@@ -185,7 +185,15 @@ async def test_sdk_endpoints_reach_their_provider(model, openai_model, split):
 async def test_explicit_prefixes_with_sdks(model, openai_model, split):
     model.add_turns(Turn(tool_calls=[BAD_DAYS]), Turn(tool_calls=[GOOD_DAYS]))
     openai_model.add_turns(Turn(tool_calls=[BAD_DAYS]), Turn(tool_calls=[GOOD_DAYS]))
-    async with anthropic_client(split.proxy_url + "/anthropic") as a, openai_client(split.proxy_url + "/openai") as o:
+    # One session per client: the two conversations begin alike, so their derived sessions
+    # would merge, and the second delivery of the same get_weather call would be a replay
+    # (unlisted tools are side-effecting under the packaged default policy).
+    anthropic_session = {"default_headers": {"X-Sidecar-Session": "prefix-anthropic"}}
+    openai_session = {"default_headers": {"X-Sidecar-Session": "prefix-openai"}}
+    async with (
+        anthropic_client(split.proxy_url + "/anthropic", **anthropic_session) as a,
+        openai_client(split.proxy_url + "/openai", **openai_session) as o,
+    ):
         message = await a.messages.create(
             model="claude-test", max_tokens=64, messages=USER, tools=[WEATHER_TOOL_ANTHROPIC]
         )
@@ -324,8 +332,15 @@ async def test_secrets_never_logged(model, start_sidecar, tmp_path, caplog, capf
         )
         extra = {"Proxy-Authorization": "Basic cHJveHk6c2VjcmV0", "x-api-key": API_KEY_ANTHROPIC}
         async with (
-            anthropic_client(running.proxy_url, default_headers=extra) as a,
-            openai_client(running.proxy_url, default_headers=extra, organization=org, project=project) as o,
+            # One session per client (see test_explicit_prefixes_with_sdks: else the OpenAI
+            # GOOD_DAYS would be a replay of the Anthropic one under the default policy).
+            anthropic_client(running.proxy_url, default_headers={**extra, "X-Sidecar-Session": "sec-a"}) as a,
+            openai_client(
+                running.proxy_url,
+                default_headers={**extra, "X-Sidecar-Session": "sec-o"},
+                organization=org,
+                project=project,
+            ) as o,
         ):
             tools: Any = [WEATHER_TOOL_ANTHROPIC]
             await a.messages.create(model="claude-test", max_tokens=64, messages=USER, tools=tools)

@@ -74,7 +74,10 @@ async def test_side_effecting_replay_is_answered_from_the_ledger(start_sidecar, 
 
 @pytest.mark.parametrize("kind", list(AGENTS))
 async def test_read_only_repeat_is_allowed_and_counted(start_sidecar, model, kind):
-    sidecar = await start_sidecar(tools=TRAITS)
+    # The traits here come from the configuration only; the packaged default policy data
+    # (every tool side-effecting) would disagree and deny the repeat itself (issue 14 point 7,
+    # one source of truth for tool traits). This test is about the replay guard: policy off.
+    sidecar = await start_sidecar(tools=TRAITS, policy={"mode": "off"})
     capture = Capture()
     sidecar.sidecar.add_filter(capture)
     agent = AGENTS[kind](sidecar.proxy_url, TOOLS, SESSION)
@@ -94,7 +97,9 @@ async def test_read_only_repeat_is_allowed_and_counted(start_sidecar, model, kin
 
 
 async def test_repeatable_side_effecting_tool_is_let_through(start_sidecar, model):
-    sidecar = await start_sidecar(tools={"support_replies_send": {"side_effects": True, "repeatable": True}})
+    sidecar = await start_sidecar(
+        tools={"support_replies_send": {"side_effects": True, "repeatable": True}}, policy={"mode": "off"}
+    )  # as above: config traits only
     agent = AGENTS["anthropic"](sidecar.proxy_url, TOOLS, SESSION)
     model.add_turns([Turn(tool_calls=[SEND]), Turn(tool_calls=[SEND])])
     first = await agent.ask(False)

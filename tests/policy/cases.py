@@ -33,18 +33,19 @@ DECISIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "read_only",
         call("support_tickets_search", {"query": "refund"}),
-        {**ALLOWED, "reasons": ["support_tickets_search is read-only"]},
+        {**ALLOWED, "rule": "read_only", "reasons": ["support_tickets_search is read-only"]},
     ),
     (
         "read_only_context",
         call("support_tickets_get_context", {"ticket_id": "t-1"}),
-        {**ALLOWED, "reasons": ["support_tickets_get_context is read-only"]},
+        {**ALLOWED, "rule": "read_only", "reasons": ["support_tickets_get_context is read-only"]},
     ),
     (
         "undeclared",
         call("support_tickets_search", tool={"declared": False}),
         {
             "allow": False,
+            "rule": "undeclared",
             "require_approval": None,
             "retryable": True,
             "reasons": ["tool support_tickets_search is not declared in this request; call one of the declared tools"],
@@ -55,6 +56,7 @@ DECISIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         call("payments_refund", {"amount": "x"}, validation={"valid": False, "errors": [{"field": "amount"}]}),
         {
             "allow": False,
+            "rule": "invalid_arguments",
             "require_approval": None,
             "retryable": True,
             "reasons": ["arguments of payments_refund do not match its schema (1 problem(s)); fix them and call again"],
@@ -65,17 +67,23 @@ DECISIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         call("internal_debug_dump"),
         {
             "allow": False,
+            "rule": "hidden",
             "require_approval": None,
             "retryable": False,
             "reasons": ["tool internal_debug_dump is not available to this agent"],
         },
     ),
-    ("refund_small", call("payments_refund", {"order_id": "o", "amount": 40}), {**ALLOWED, "reasons": []}),
+    (
+        "refund_small",
+        call("payments_refund", {"order_id": "o", "amount": 40}),
+        {**ALLOWED, "rule": "within_limits", "reasons": []},
+    ),
     (
         "refund_large",
         call("payments_refund", {"order_id": "o", "amount": 250.5}),
         {
             "allow": False,
+            "rule": "amount",
             "require_approval": {"group": "finance-approvers", "ttl_s": 900},
             "retryable": True,
             "reasons": [
@@ -90,13 +98,14 @@ DECISIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             {"order_id": "o", "amount": 250},
             approval={"status": "approved", "id": "ap-7", "approved_by": "alice"},
         ),
-        {**ALLOWED, "reasons": ["approved by alice (approval ap-7)"]},
+        {**ALLOWED, "rule": "approved", "reasons": ["approved by alice (approval ap-7)"]},
     ),
     (
         "refund_limit",
         call("payments_refund", {"amount": 1}, session={"calls_by_tool": {"payments_refund": 5}}),
         {
             "allow": False,
+            "rule": "call_limit",
             "require_approval": None,
             "retryable": False,
             "reasons": [
@@ -109,6 +118,7 @@ DECISIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         call("payments_refund", {"amount": 1}, replay={"count": 1}),
         {
             "allow": False,
+            "rule": "replay",
             "require_approval": None,
             "retryable": False,
             "reasons": [
@@ -117,32 +127,75 @@ DECISIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             ],
         },
     ),
-    ("repeatable_replay", call("support_tickets_tag", {"tag": "x"}, replay={"count": 1}), {**ALLOWED, "reasons": []}),
     (
-        "reply_outside",
-        call("support_replies_send", {"to": "bob@gmail.com", "body": "hi"}),
+        "repeatable_replay",
+        call("support_tickets_tag", {"tag": "x"}, replay={"count": 1}),
+        {**ALLOWED, "rule": "within_limits", "reasons": []},
+    ),
+    (
+        "reply_needs_approval",
+        call("support_replies_send", {"to": "bob@example.com", "body": "hi"}),
         {
             "allow": False,
+            "rule": "approval_always",
             "require_approval": {"group": "support-leads", "ttl_s": 3600},
             "retryable": True,
-            "reasons": ["support_replies_send to an address outside example.com needs approval by group support-leads"],
+            "reasons": [
+                "support_replies_send always needs approval by group support-leads; "
+                "the approval covers exactly these arguments"
+            ],
         },
     ),
-    ("reply_inside", call("support_replies_send", {"to": "bob@example.com", "body": "hi"}), {**ALLOWED, "reasons": []}),
+    (
+        "reply_blocked_display_name",
+        call("support_replies_send", {"to": '"X" <ana@Mailinator.com.>', "body": "hi"}),
+        {
+            "allow": False,
+            "rule": "blocked_recipient",
+            "require_approval": None,
+            "retryable": False,
+            "reasons": [
+                "support_replies_send to an address at mailinator.com is refused: that domain is blocked "
+                "for this tool; use the customer's address on file"
+            ],
+        },
+    ),
+    (
+        "reply_percent_hack",
+        call("support_replies_send", {"to": "ana%mailinator.com@example.com", "body": "hi"}),
+        {
+            "allow": False,
+            "rule": "blocked_recipient",
+            "require_approval": None,
+            "retryable": True,
+            "reasons": [
+                'support_replies_send: recipient "ana%mailinator.com@example.com" routes mail through its '
+                "local part (% or !), which is refused"
+            ],
+        },
+    ),
     (
         "always_approval",
         call("payments_close_account", {"account": "a"}),
         {
             "allow": False,
+            "rule": "approval_always",
             "require_approval": {"group": "finance-approvers", "ttl_s": 3600},
             "retryable": True,
-            "reasons": ["payments_close_account always needs approval by group finance-approvers"],
+            "reasons": [
+                "payments_close_account always needs approval by group finance-approvers; "
+                "the approval covers exactly these arguments"
+            ],
         },
     ),
     (
         "unlisted",
         call("brand_new_tool"),
-        {**ALLOWED, "reasons": ["brand_new_tool has no entry in the policy data; allowed as an unlisted tool"]},
+        {
+            **ALLOWED,
+            "rule": "unlisted",
+            "reasons": ["brand_new_tool has no entry in the policy data; allowed as an unlisted tool"],
+        },
     ),
 ]
 
@@ -168,7 +221,7 @@ RESULTS: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = [
             phase="tool_result",
             result={"is_error": False, "bytes": 10, "anomalies": ["truncated"]},
         ),
-        {**ALLOWED, "reasons": ["result of support_tickets_search has anomaly truncated"]},
+        {**ALLOWED, "rule": "result_flagged", "reasons": ["result of support_tickets_search has anomaly truncated"]},
     ),
     (
         "blocked",
@@ -179,6 +232,7 @@ RESULTS: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = [
         ),
         {
             "allow": False,
+            "rule": "result_blocked",
             "require_approval": None,
             "retryable": False,
             "reasons": ["result of support_tickets_search has anomaly secret_in_result and is withheld from the model"],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import shutil
 from pathlib import Path
 
 import orjson
@@ -12,7 +11,7 @@ import pytest
 
 from sidecar.policy.cli import check, eval_input, register, run_tests
 from tests.policy.cases import call
-from tests.policy.conftest import POLICIES
+from tests.policy.conftest import POLICIES, copy_policies
 
 
 def test_shipped_policy_tests_pass() -> None:
@@ -26,7 +25,7 @@ def test_shipped_policy_tests_pass() -> None:
 
 
 def test_failing_test_file_fails(tmp_path: Path) -> None:
-    shutil.copytree(POLICIES, tmp_path, dirs_exist_ok=True)
+    copy_policies(tmp_path)
     (tmp_path / "wrong_test.rego").write_text(
         "package wrong_test\nimport rego.v1\nimport data.sidecar\n"
         "test_search_denied if {\n"

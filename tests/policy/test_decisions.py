@@ -1,5 +1,5 @@
 """One decision table, run against every engine: embedded regorus, the OPA engine over the
-OPA Data API stub, and the OPA engine over a real `opa run --server` when opa is on PATH."""
+OPA Data API stub, and OPA's own evaluator (its Go library, tests/helpers/opa_go.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ from typing import Any
 import pytest
 
 from sidecar.policy import Decision, PolicyEngine, apply_mode, build_engine
+from sidecar.policy.loader import read_bundle
+from tests.helpers.opa_go import OpaGoEngine
 from tests.policy.cases import DECISIONS, RESULTS, VISIBLE
-from tests.policy.conftest import OPA_BINARY, POLICIES, settings, start_stub
+from tests.policy.conftest import POLICIES, settings, start_stub
 
-ENGINES = [
-    "embedded",
-    "opa_stub",
-    pytest.param("opa_real", marks=pytest.mark.skipif(OPA_BINARY is None, reason="no opa binary on PATH")),
-]
+ENGINES = ["embedded", "opa_stub", "opa_go"]
 
 
 @pytest.fixture(params=ENGINES)
@@ -29,8 +27,7 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[PolicyEngine]:
         stub = await start_stub()
         built = build_engine(settings(engine="opa", opa_url=stub.url, opa_timeout_s=2), None)
     else:
-        url = request.getfixturevalue("real_opa")
-        built = build_engine(settings(engine="opa", opa_url=url, opa_timeout_s=2), None)
+        built = OpaGoEngine(request.getfixturevalue("opa_bindings"), read_bundle(POLICIES))
     yield built
     await built.close()
     if stub is not None:
@@ -82,14 +79,21 @@ def test_apply_mode(mode: str, allow: bool, expect_allow: bool, expect_flag: boo
         assert effective.require_approval is None
 
 
-async def test_builtin_policy_without_directory() -> None:
+async def test_packaged_default_without_directory() -> None:
+    """No --policies: the packaged default. Undeclared tools refused, every tool side-effecting
+    (replays refused), no approvals, every tool visible, and its data reaches the tool traits."""
     from tests.policy.cases import call
 
     engine = build_engine(settings(), None)
-    assert (await engine.decide(call("anything"))).allow is True
+    assert (await engine.decide(call("anything"))).rule == "unlisted"
     assert (await engine.decide(call("x", tool={"declared": False}))).allow is False
-    assert await engine.visible_tools({"tools": ["a"]}) is None
+    replayed = await engine.decide(call("x", replay={"count": 1}))
+    assert (replayed.allow, replayed.rule) == (False, "replay")
+    big = await engine.decide(call("payments_refund", {"amount": 10**9}))
+    assert big.allow is True and big.require_approval is None
+    assert await engine.visible_tools({"tools": ["a"]}) == ["a"]
     assert await engine.result_decision(call("x")) is None
+    assert engine.data["sidecar"]["unlisted_tool"]["side_effects"] is True
     await engine.close()
 
 

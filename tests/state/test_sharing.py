@@ -194,18 +194,15 @@ def _traits(tools: dict[str, object] | None = None, policies: str | None = None)
     ],
 )
 def test_traits_from_shipped_policy_data(tool, side_effects, repeatable):
-    traits = _traits(policies=str(REPO / "policies"))
+    traits = _traits(policies="example:support")
     assert (traits.side_effects(tool), traits.repeatable(tool)) == (side_effects, repeatable)
 
 
-def test_config_beats_policy_data_and_no_data_means_no_side_effects():
-    traits = _traits({"support_tickets_search": {"side_effects": True, "repeatable": True}}, str(REPO / "policies"))
+def test_config_beats_policy_data_and_no_policies_means_the_packaged_default():
+    traits = _traits({"support_tickets_search": {"side_effects": True, "repeatable": True}}, "example:support")
     assert traits.side_effects("support_tickets_search") and traits.repeatable("support_tickets_search")
     bare: Callable[[str], bool] = _traits().side_effects
-    assert bare("anything") is False
-
-
-SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
+    assert bare("anything") is True  # builtin: every tool side-effecting, so replays are caught
 
 
 def _policies_with(directory: Path, tool: str, side_effects: bool) -> None:
@@ -217,12 +214,11 @@ def _policies_with(directory: Path, tool: str, side_effects: bool) -> None:
 
 async def test_tool_traits_follow_a_policy_reload(tmp_path):
     """side_effects comes from the policy's data.json: a hot reload changes it in place."""
-    import shutil
-
     from sidecar.app import Sidecar
+    from sidecar.policy.sources import init_directory
 
     policies = tmp_path / "policies"
-    shutil.copytree(SHIPPED_POLICIES, policies)
+    init_directory(policies, "support")
     sidecar = Sidecar(Settings.model_validate({"policies": str(policies), "rejection_log": {"path": "-"}}))
     try:
         assert sidecar.tool_traits.side_effects("support_tickets_search") is False

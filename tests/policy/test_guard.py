@@ -19,7 +19,7 @@ from sidecar.model import FieldError, Provider, RequestView, ToolCall, ToolDecla
 from sidecar.policy import build_engine
 from sidecar.policy.inputs import agent_identity
 from sidecar.telemetry.metrics import Metrics
-from tests.policy_e2e.conftest import POLICIES
+from tests.policy.conftest import POLICIES
 
 REFUND = {"type": "object", "properties": {"amount": {"type": "number"}}}
 
@@ -30,7 +30,7 @@ def _exchange(*tools: str) -> Exchange:
 
 
 def _setup(**settings: Any) -> tuple[PolicyFilter, Metrics]:
-    flags = {"policies": str(POLICIES), "agent_id": "agent-7", "agent_labels": {"team": "support"}, **settings}
+    flags = {"policies": POLICIES, "agent_id": "agent-7", "agent_labels": {"team": "support"}, **settings}
     config = load_settings(flags=flags, environ={})
     metrics = Metrics()
     return PolicyFilter(config, build_engine(config.policy, config.policies), metrics), metrics
@@ -129,7 +129,7 @@ async def test_approval_verdict_carries_the_request() -> None:
 
 
 async def test_result_decisions_from_matched_records() -> None:
-    config = load_settings(flags={"policies": str(POLICIES)}, environ={})
+    config = load_settings(flags={"policies": POLICIES}, environ={})
     metrics = Metrics()
     results = ResultPolicy(config, build_engine(config.policy, config.policies), metrics)
     exchange = _exchange("support_tickets_search")

@@ -13,9 +13,10 @@ from typing import Any
 import orjson
 
 from sidecar.app import Running
+from sidecar.policy.sources import LIBRARY
 from sidecar.scripted import ToolCallSpec, Turn
 from tests.e2e.agents import AGENTS
-from tests.policy_e2e.conftest import POLICIES, copy_policies, deny_unlisted, edit_data, get_json, metric, poll
+from tests.policy.conftest import copy_policies, deny_unlisted, edit_data, get_json, metric, poll
 
 TOOLS = {"crm_wipe": {"type": "object", "properties": {"customer": {"type": "string"}}}}
 WIPE = ToolCallSpec("crm_wipe", {"customer": "c-1"})
@@ -70,8 +71,8 @@ async def test_changed_data_takes_effect_within_2s(model, start_sidecar, tmp_pat
 def _configmap_version(mount: Path, name: str, deny: bool) -> None:
     version = mount / name
     version.mkdir()
-    (version / "sidecar.rego").write_text((POLICIES / "sidecar.rego").read_text())
-    data = orjson.loads((POLICIES / "data.json").read_bytes())
+    (version / "sidecar.rego").write_text((LIBRARY / "rules" / "sidecar.rego").read_text())
+    data = orjson.loads((LIBRARY / "support" / "data.json").read_bytes())
     if deny:
         deny_unlisted(data["sidecar"])
     (version / "data.json").write_bytes(orjson.dumps(data))

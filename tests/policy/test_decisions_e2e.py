@@ -9,8 +9,7 @@ import pytest
 
 from sidecar.scripted import ToolCallSpec, Turn
 from tests.e2e.agents import AGENTS
-from tests.policy.conftest import start_stub
-from tests.policy_e2e.conftest import POLICIES, Captured, declared_tools, metric
+from tests.policy.conftest import POLICIES, Captured, declared_tools, metric, start_stub
 
 SEARCH_SCHEMA = {
     "type": "object",
@@ -93,7 +92,7 @@ async def test_off_mode_skips_evaluation(model, start_sidecar, strict_policies: 
 
 @pytest.mark.parametrize("kind", list(AGENTS))
 async def test_call_requiring_approval_is_answered_approval_required(model, start_sidecar, kind: str) -> None:
-    sidecar = await start_sidecar(policies=str(POLICIES))
+    sidecar = await start_sidecar(policies=POLICIES)
     refund = ToolCallSpec("payments_refund", {"ticket_id": "T-1", "amount": 250})
     model.add_turns(Turn(tool_calls=[refund]), Turn(text="The refund of 250 needs approval by finance."))
     received = await AGENTS[kind](sidecar.proxy_url, TOOLS).ask(stream=False)
@@ -114,7 +113,7 @@ async def test_call_requiring_approval_is_answered_approval_required(model, star
 async def test_hidden_tool_is_removed_and_a_call_to_it_is_unknown(
     model, start_sidecar, kind: str, stream: bool, policy_log: Captured
 ) -> None:
-    sidecar = await start_sidecar(policies=str(POLICIES))
+    sidecar = await start_sidecar(policies=POLICIES)
     tools = {"support_tickets_search": SEARCH_SCHEMA, "internal_debug_dump": {"type": "object", "properties": {}}}
     model.add_turns(Turn(tool_calls=[ToolCallSpec("internal_debug_dump", {})]), Turn(tool_calls=[SEARCH]))
     received = await AGENTS[kind](sidecar.proxy_url, tools).ask(stream)
