@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 
 from sidecar.admin.approvals import add_approval_routes
 from sidecar.admin.auth import AdminAuth
+from sidecar.approvals import ApprovalService
+from sidecar.config import Settings
+from sidecar.schemas.inventory import ToolInventory
+from sidecar.telemetry.metrics import Metrics
 
-if TYPE_CHECKING:
-    from sidecar.app import Sidecar
 
-SIDECAR_KEY: web.AppKey[Sidecar] = web.AppKey("sidecar")
+class AdminBackend(Protocol):
+    """What the admin API reads: the running sidecar (`sidecar.app.Sidecar`), seen from here."""
+
+    settings: Settings
+    metrics: Metrics
+    approvals: ApprovalService
+    tool_inventory: ToolInventory
+
+    async def readiness(self) -> tuple[bool, dict[str, Any]]: ...
+
+
+SIDECAR_KEY: web.AppKey[AdminBackend] = web.AppKey("sidecar")
 
 
 def _json(data: object, status: int = 200) -> web.Response:
@@ -48,7 +61,7 @@ async def tools(request: web.Request) -> web.Response:
     return _json(request.app[SIDECAR_KEY].tool_inventory.to_json())
 
 
-def build_admin_app(sidecar: Sidecar) -> web.Application:
+def build_admin_app(sidecar: AdminBackend) -> web.Application:
     app = web.Application()
     app[SIDECAR_KEY] = sidecar
     app.router.add_get("/healthz", healthz)

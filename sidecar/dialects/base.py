@@ -149,6 +149,8 @@ class StreamAssembler(ABC):
         self.error: SSEEvent | None = None
         self.finished = False
         self.tail = TailState()
+        # Calls the dialect removed unchecked (see `Reply.removed_calls`).
+        self.removed_calls = 0
 
     def feed(self, event: SSEEvent) -> bool:
         """True: forward the event now. False: it is held (see `held`)."""
@@ -172,7 +174,8 @@ class StreamAssembler(ABC):
 
     def reply(self) -> Reply:
         self.finalize()
-        return Reply(self.envelope, self.items, complete=self.finished and self.error is None)
+        complete = self.finished and self.error is None
+        return Reply(self.envelope, self.items, complete=complete, removed_calls=self.removed_calls)
 
     @abstractmethod
     def apply(self, event: SSEEvent) -> tuple[int | None, bool]:

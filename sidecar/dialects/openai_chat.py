@@ -54,7 +54,6 @@ from sidecar.model import (
     ToolDeclaration,
     ToolResult,
 )
-from sidecar.telemetry.logs import log_event
 
 log = logging.getLogger("sidecar.dialects.openai_chat")
 
@@ -304,9 +303,7 @@ class OpenAIChatDialect(Dialect):
         removed = sum(count for _, count in stripped)
         if removed:
             envelope["choices"] = [choices[0], *(choice for choice, _ in stripped)]
-            chosen = [position for position, (_, count) in enumerate(stripped, 1) if count]
-            log_event("choice_calls_removed", log=log, choices=chosen, calls=removed, stream=False)
-        return Reply(envelope, items, rewritten=bool(removed))
+        return Reply(envelope, items, rewritten=bool(removed), removed_calls=removed)
 
     def write_reply(self, reply: Reply) -> dict[str, Any]:
         body = dict(reply.envelope)
@@ -414,7 +411,6 @@ class _ChatStream(StreamAssembler):
         self._last: dict[str, Any] = {}
         self._removed: dict[Any, set[Any]] = {}  # choice index → tool-call indexes cut out
         self._other_text: set[Any] = set()  # choices ≥ 1 whose text has begun
-        self._logged = False
 
     def apply(self, event: SSEEvent) -> tuple[int | None, bool]:
         if event.data.startswith("[DONE]"):
@@ -559,10 +555,7 @@ class _ChatStream(StreamAssembler):
         self._last = {}
 
     def finalize(self) -> None:
-        if self._removed and not self._logged:
-            self._logged = True
-            count = sum(len(cut) for cut in self._removed.values())
-            log_event("choice_calls_removed", log=log, choices=list(self._removed), calls=count, stream=True)
+        self.removed_calls = sum(len(cut) for cut in self._removed.values())
         calls = [self._calls[k] for k in sorted(self._calls)]
         for item in calls:
             item.wire["function"]["arguments"] = "".join(self._partials.get(self._key(item), []))

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
-from sidecar.config import ENV_PREFIX, ConfigError
+from sidecar.config.settings import ENV_PREFIX, ConfigError, Settings
 from sidecar.telemetry.redact import DEFAULT_KEY_PATTERNS, key_matcher
 
 NESTED = "__"
@@ -303,3 +303,16 @@ class SettingsLoader(Generic[S]):
         if not secret and isinstance(value, (str, int, float, bool)) and "got" not in message:
             message += f", got {value!r}"
         return message
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    flags: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> Settings:
+    """Defaults < file < environment (`os.environ` unless given) < flags (None values skipped).
+
+    Raises ConfigError naming the source (file and key, variable, flag) and the problem.
+    """
+    env = dict(os.environ if environ is None else environ)
+    return SettingsLoader(Settings).load(config_file, flags or {}, env)

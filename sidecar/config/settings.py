@@ -1,6 +1,6 @@
 """All settings in one pydantic model: defaults < YAML file < SIDECAR_* environment < CLI flags.
 
-Loading (sidecar/config_loader.py) is pydantic-settings' environment source plus what it does
+Loading (sidecar/config/loader.py) is pydantic-settings' environment source plus what it does
 not do by itself: every value remembers where it came from (file and key, variable, flag) so
 an error names the real source, and unknown keys and unknown `SIDECAR_*` variables fail
 start-up with a "did you mean". Environment values are strings unless the field's type says
@@ -10,7 +10,6 @@ mappings are JSON (`SIDECAR_REJECTION_LOG__REDACT_KEYS='["password","pin"]'`).
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -250,18 +249,3 @@ class Settings(BaseSettings):
 
     def lockdown_for(self, tool: str) -> LockdownSettings:
         return self.tool(tool).lockdown or self.lockdown
-
-
-def load_settings(
-    config_file: str | os.PathLike[str] | None = None,
-    flags: dict[str, Any] | None = None,
-    environ: dict[str, str] | None = None,
-) -> Settings:
-    """Defaults < file < environment (`os.environ` unless given) < flags (None values skipped).
-
-    Raises ConfigError naming the source (file and key, variable, flag) and the problem.
-    """
-    from sidecar.config_loader import SettingsLoader
-
-    env = dict(os.environ if environ is None else environ)
-    return SettingsLoader(Settings).load(config_file, flags or {}, env)
