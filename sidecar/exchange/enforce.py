@@ -65,6 +65,16 @@ def explanation(checks: list[CallCheck], why: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def let_through_observed(settings: Settings, check: CallCheck) -> bool:
+    """A refusal under `mode: observe` is only observed: the call goes on (`Action.OBSERVED`).
+    Shared by the model path's plan and the MCP path."""
+    if check.verdict.allowed or settings.mode_for(check.call.name) != "observe":
+        return False
+    check.observed.append(check.verdict)
+    check.action = Action.OBSERVED
+    return True
+
+
 class Enforcer:
     def __init__(self, settings: Settings, chain: FilterChain, send: RepairSender) -> None:
         self.settings = settings
@@ -75,14 +85,9 @@ class Enforcer:
         """pass | repair | block, after observe-mode refusals are let through."""
         plan = Plan.PASS
         for check in checks:
-            if check.verdict.allowed:
+            if check.verdict.allowed or let_through_observed(self.settings, check):
                 continue
-            mode = self.settings.mode_for(check.call.name)
-            if mode == "observe":
-                check.observed.append(check.verdict)
-                check.action = Action.OBSERVED
-                continue
-            if mode == "block" or self.settings.enforcement.max_repair_rounds == 0:
+            if self.settings.mode_for(check.call.name) == "block" or self.settings.enforcement.max_repair_rounds == 0:
                 return Plan.BLOCK
             plan = Plan.REPAIR
         return plan
@@ -102,7 +107,7 @@ class Enforcer:
         return await self._repair(ex, reply, cut, checks)
 
     async def _repair(self, ex: Exchange, first: Reply, cut: int, checks: list[CallCheck]) -> Settlement:
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         request = ex.request
         current = first
         spent: list[Reply] = []
@@ -178,7 +183,7 @@ class Enforcer:
 
     def block(self, ex: Exchange, reply: Reply, checks: list[CallCheck], why: str | None = None) -> Reply:
         """Remove every call of the turn and say why in text: no half-refused set."""
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         items = [item for item in reply.items if item.kind is not ItemKind.CALL]
         text = explanation(checks, why)
         items.append(dialect.text_item(SEPARATOR + text if dialect.has_text(items) else text))
@@ -199,7 +204,7 @@ class Enforcer:
     def _merge(ex: Exchange, first: Reply, cut: int, last: Reply, spent: list[Reply]) -> Reply:
         """One assistant turn: the original preamble, then the last round (see the module
         docstring), usage summed over every round."""
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         envelope = dialect.merge_envelopes(first.envelope, last.envelope)
         if "usage" in envelope:
             for extra in spent:

@@ -53,13 +53,13 @@ class ProviderStateFilter(Filter):
         if chain.response_id != previous:
             ex.request = {**ex.request, "previous_response_id": chain.response_id}
         if chain.outputs:
-            ex.request = ex.dialect.add_withheld_outputs(ex.request, chain.outputs)
+            ex.request = ex.model_dialect.add_withheld_outputs(ex.request, chain.outputs)
         if chain.session and is_derived(ex.session):
             ex.session = chain.session
 
     async def on_reply(self, ex: Exchange, reply: Reply) -> None:
         replies = ex.setdefault(_REPLIES, _Replies)
-        response_id = ex.dialect.response_id(reply)
+        response_id = ex.model_dialect.response_id(reply)
         if replies.first is None:
             replies.first = response_id
         replies.last = response_id
@@ -79,7 +79,7 @@ class ProviderStateFilter(Filter):
     async def on_delivered(self, ex: Exchange, reply: Reply, calls: list[ToolCall]) -> None:
         if not ex.dialect.server_side_state:
             return
-        shown = ex.dialect.response_id(reply)
+        shown = ex.model_dialect.response_id(reply)
         if not shown:
             return
         if is_derived(ex.session):

@@ -1,7 +1,10 @@
 """Per-tool traits the guards need: does a tool have side effects, may it repeat?
 
-From the configuration's `tools.<name>`, then the policy data (`data.sidecar.tools.<name>`,
-then `data.sidecar.unlisted_tool`), then defaults.
+From the configuration's `tools.<name>`, then the policy data (`data.sidecar.tools.<name>`),
+then, for an MCP tool and only with `mcp.trust_annotations`, the server's annotations
+(`readOnlyHint`, `idempotentHint`), then `data.sidecar.unlisted_tool`, then defaults.
+Annotations are hints from the server: the MCP specification tells clients not to rely on
+them from servers they do not trust, so by default they reach the policy input only.
 """
 
 from __future__ import annotations
@@ -45,16 +48,27 @@ class ToolTraits:
         self._tools = tools if isinstance(tools, Mapping) else {}
         self._unlisted = unlisted if isinstance(unlisted, Mapping) else {}
 
-    def _data(self, tool: str, key: str, default: bool) -> bool:
+    def _data(self, tool: str, key: str, default: bool, hinted: bool | None) -> bool:
         entry = self._tools.get(tool)
-        source = entry if isinstance(entry, Mapping) and key in entry else self._unlisted
-        value = source.get(key, default)
+        if isinstance(entry, Mapping) and key in entry:
+            value = entry[key]
+        elif hinted is not None and self.settings.mcp.trust_annotations:
+            return hinted
+        else:
+            value = self._unlisted.get(key, default)
         return value if isinstance(value, bool) else default
 
-    def side_effects(self, tool: str) -> bool:
+    def side_effects(self, tool: str, annotations: Mapping[str, Any] | None = None) -> bool:
         configured = self.settings.tool(tool).side_effects
-        return configured if configured is not None else self._data(tool, "side_effects", False)
+        if configured is not None:
+            return configured
+        read_only = annotations.get("readOnlyHint") if annotations else None
+        hinted = (not read_only) if isinstance(read_only, bool) else None
+        return self._data(tool, "side_effects", False, hinted)
 
-    def repeatable(self, tool: str) -> bool:
+    def repeatable(self, tool: str, annotations: Mapping[str, Any] | None = None) -> bool:
         configured = self.settings.tool(tool).repeatable
-        return configured if configured is not None else self._data(tool, "repeatable", False)
+        if configured is not None:
+            return configured
+        idempotent = annotations.get("idempotentHint") if annotations else None
+        return self._data(tool, "repeatable", False, idempotent if isinstance(idempotent, bool) else None)

@@ -58,6 +58,7 @@ async def test_input_document_follows_the_contract() -> None:
     assert document == {
         "version": 1,
         "phase": "tool_call",
+        "path": "model",  # a model's call (an MCP tools/call says "mcp", with input.mcp)
         "provider": "anthropic",
         "model": "claude-test",
         "agent": {"id": "agent-7", "namespace": "", "labels": {"team": "support"}},
