@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ class ScriptedMcpServer:
     json_response: bool = False
     path: str = "/mcp"
     executions: list[Execution] = field(default_factory=list)
+    # Every JSON-RPC body POSTed to the server, decoded (what crossed the sidecar).
+    received: list[Any] = field(default_factory=list)
     url: str = ""
     # Set to make orders_lookup break its own outputSchema (for the output check).
     break_output_schema: bool = False
@@ -99,6 +102,8 @@ class ScriptedMcpServer:
         @server.tool(description="Look an order up", annotations=read_only)
         def orders_lookup(order_id: str) -> Order:
             self._record("orders_lookup", order_id=order_id)
+            if order_id == "missing":
+                raise ValueError(f"no order {order_id}")  # the SDK answers isError: true
             if self.break_output_schema:
                 return Order.model_construct(order_id=order_id, status="lost", amount=-1.0)  # type: ignore[arg-type]
             return Order(order_id=order_id, status="paid", amount=40.0)
@@ -113,7 +118,10 @@ class ScriptedMcpServer:
     async def __aenter__(self) -> ScriptedMcpServer:
         import uvicorn
 
-        app = self.build().streamable_http_app(streamable_http_path=self.path, json_response=self.json_response)
+        app = _Recording(
+            self.build().streamable_http_app(streamable_http_path=self.path, json_response=self.json_response),
+            self.received,
+        )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
@@ -134,6 +142,38 @@ class ScriptedMcpServer:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+class _Recording:
+    """ASGI middleware: keeps each POST body (decoded JSON) before the SDK reads it."""
+
+    def __init__(self, app: Any, into: list[Any]) -> None:
+        self.app = app
+        self.into = into
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        with contextlib.suppress(ValueError):
+            self.into.append(json.loads(body))
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 @contextlib.asynccontextmanager
