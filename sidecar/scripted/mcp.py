@@ -171,7 +171,8 @@ class _Recording:
             if not replayed:
                 replayed = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            message: dict[str, Any] = await receive()  # after the body: the disconnect
+            return message
 
         await self.app(scope, replay, send)
 
