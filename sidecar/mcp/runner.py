@@ -411,8 +411,8 @@ class McpRunner:
         except UpstreamError as exc:
             await self._upstream(post, None, time.perf_counter() - sent)
             self._upstream_failed(post.target.name, exc)
-            self._unanswered(post, "upstream")
             request_id = next(iter(post.pending.values())).message.id if len(post.pending) == 1 else None
+            self._unanswered(post, "upstream")
             await client.respond(exc.status, wire.dumps(wire.error(request_id, ErrorCode.INTERNAL_ERROR, exc.message)))
 
     async def _upstream(self, post: _Post, status: int | None, seconds: float) -> None:
