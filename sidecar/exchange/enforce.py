@@ -9,9 +9,9 @@ What the agent reads after repair rounds is one natural assistant turn (docs/enf
 - the original reply's items before its first call (its preamble; in a stream the agent
   already has them) open the turn;
 - from the last round: its calls and the non-text items that go with them (thinking,
-  reasoning); its text is dropped while it still calls tools (it was written in answer to
-  errors the agent never saw, or repeats the preamble), and kept when it no longer does
-  (the model gave up or answered: that text is the turn's answer);
+  reasoning); its text is dropped while it still calls tools, blocked or not (it was written
+  in answer to errors the agent never saw, or repeats the preamble), and kept when it no
+  longer does (the model gave up or answered: that text is the turn's answer);
 - sidecar text (a block explanation) is its own item and starts with a blank line when it
   follows model text, so agents that join text blocks keep the two apart.
 """
@@ -193,6 +193,12 @@ class Enforcer:
             await self._mark_blocked(ex, checks)
         else:
             self._set_blocked(checks)
+        if spent:
+            # A repair round's text still answers errors the agent never saw: only its
+            # non-text items go with the explanation (see the module docstring).
+            current = Reply(
+                current.envelope, [i for i in current.items if i.kind is not ItemKind.TEXT], current.complete
+            )
         blocked = self.block(ex, current, checks)
         final = self._merge(ex, first, cut, blocked, spent) if spent else blocked
         return Settlement(final, True, ex.repair_rounds, checks=checks)
