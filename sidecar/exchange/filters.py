@@ -32,6 +32,7 @@ a call is forwarded to the server, `answered` when its result comes back, `done`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import ClassVar
@@ -40,6 +41,10 @@ from sidecar.exchange.state import CallCheck, End, Exchange, RepairOutcome, Tool
 from sidecar.model import Reply, ToolCall, Verdict, VerdictKind
 
 log = logging.getLogger("sidecar.exchange")
+
+# Checks between two yields to the event loop while judging one turn (filters whose store
+# answers from memory never await anything real).
+_YIELD_EVERY = 16
 
 HOOKS = (
     "on_request",
@@ -55,6 +60,14 @@ HOOKS = (
     "on_answered",
     "on_done",
 )
+
+
+async def pause(position: int) -> None:
+    """Let the event loop run every few items of a long loop over one turn's calls: a turn of
+    thousands of calls must not hold it (filters whose store answers from memory never await
+    anything real)."""
+    if position and position % _YIELD_EVERY == 0:
+        await asyncio.sleep(0)
 
 
 class Filter:
@@ -194,7 +207,8 @@ class FilterChain:
         A critical filter that raises refuses that call (fail closed); the others go on.
         """
         checks = [CallCheck(call, ex, len(calls), round) for call in calls]
-        for check in checks:
+        for position, check in enumerate(checks):
+            await pause(position)
             decided = check.earlier is not None
             try:
                 for f in self._by_hook["look_up"]:

@@ -11,7 +11,7 @@ canonical arguments before judging it (`sidecar/mcp/runner.py`):
   metrics count it once, and the result answers it.
 - `Repeat`: that call was already executed once. The MCP call is judged afresh, in the same
   session, so the replay guard sees the earlier execution.
-- `Refused`: the model path refused the call (denied, invalid arguments, unknown tool): the
+- `FinalRefusal`: the model path refused the call (denied, invalid arguments, unknown tool): the
   refusal is final, the MCP call gets the same structured error. A call that only awaits an
   approval is not final; it is judged afresh in its session, where the approval is found.
 
@@ -55,7 +55,7 @@ class Repeat:
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
+class FinalRefusal:
     leg: EarlierLeg
     verdict: Verdict
 
@@ -65,7 +65,7 @@ class Ambiguous:
     sessions: int
 
 
-Match = Execute | Repeat | Refused | Ambiguous | None
+Match = Execute | Repeat | FinalRefusal | Ambiguous | None
 
 
 class LegIndex:
@@ -128,7 +128,7 @@ class LegIndex:
             return Repeat(candidates[0].leg.session)
         refused = candidates[-1]
         assert refused.verdict is not None
-        return Refused(refused.leg, refused.verdict)
+        return FinalRefusal(refused.leg, refused.verdict)
 
     @staticmethod
     def release(found: Execute) -> None:

@@ -18,7 +18,7 @@ _AS_WRITTEN = LockdownSettings(reject_unknown_properties=False, assert_formats=F
 
 class OutputCheck:
     def __init__(self, lockdown: Lockdown | None = None) -> None:
-        self.lockdown = lockdown or Lockdown(cache_size=256)
+        self.lockdown = lockdown or Lockdown(cache_bytes=4 * 1024 * 1024)
 
     def anomalies(self, declaration: ToolDeclaration | None, result: dict[str, Any]) -> tuple[str, ...]:
         if declaration is None or declaration.output_schema is None or result.get("isError") is True:

@@ -40,8 +40,8 @@ from sidecar.dialects.base import loads
 from sidecar.dialects.sse import SSEEvent, SSEParser, format_event
 from sidecar.exchange.enforce import let_through_observed
 from sidecar.exchange.filters import FilterChain, FilterFailed, failed_check_verdict
-from sidecar.exchange.legs import Ambiguous, Execute, LegIndex, Refused, Repeat
-from sidecar.exchange.runner import AgentPort, UpstreamAnswer, UpstreamError
+from sidecar.exchange.legs import Ambiguous, Execute, FinalRefusal, LegIndex, Repeat
+from sidecar.exchange.runner import AgentPort, Refused, UpstreamAnswer, UpstreamError, read_bounded
 from sidecar.exchange.state import Action, CallCheck, EarlierLeg, End, Exchange, McpFacts, Outcome
 from sidecar.mcp import wire
 from sidecar.mcp.catalog import Catalog, Listing, caller_key, is_first_page
@@ -142,6 +142,7 @@ class _Post:
     # The server ended the POST's stream before answering (2025-11-25 SSE polling): the rest
     # comes on the session's GET stream, resumed with Last-Event-ID (`McpRunner.listen`).
     parked_until: float | None = None
+    streaming: bool = False  # the client's response headers are sent: failures cut the stream
 
 
 class McpRunner:
@@ -315,7 +316,7 @@ class McpRunner:
             self._adopt(ex, call, found.leg)
         elif isinstance(found, Repeat):
             ex.session = found.session
-        elif isinstance(found, Refused):
+        elif isinstance(found, FinalRefusal):
             ex.session = found.leg.session
             return found.verdict
         elif isinstance(found, Ambiguous):
@@ -346,7 +347,7 @@ class McpRunner:
             return listing
         try:
             return await self._fetch_listing(post, message)
-        except (UpstreamError, WireError, ValueError) as exc:
+        except (UpstreamError, Refused, WireError, ValueError) as exc:
             log_event(
                 "mcp_tool_list_unavailable", level=logging.WARNING, log=log, server=post.target.name, error=str(exc)
             )
@@ -371,7 +372,7 @@ class McpRunner:
             request_id = f"sidecar-list-{secrets.token_hex(4)}"
             body = wire.dumps({"jsonrpc": wire.JSONRPC, "id": request_id, "method": wire.TOOLS_LIST, "params": params})
             async with self.upstream.open("POST", post.target.url, headers, body) as answer:
-                raw = await answer.read()
+                raw = await read_bounded(answer, self.settings.limits.max_reply_bytes)
                 status, kind = answer.status, _content_type(answer.headers)
             if status != 200:
                 raise ValueError(f"tools/list answered HTTP {status}")
@@ -398,7 +399,7 @@ class McpRunner:
                     await self._upstream(post, answer.status, time.perf_counter() - sent)
                     await self._relay(post, answer, client)
                     return
-                raw = await answer.read()
+                raw = await read_bounded(answer, self.settings.limits.max_reply_bytes)
                 seconds = time.perf_counter() - sent
                 await self._upstream(post, answer.status, seconds)
                 if answer.status == 200 and kind == _JSON and raw:
@@ -411,9 +412,18 @@ class McpRunner:
         except UpstreamError as exc:
             await self._upstream(post, None, time.perf_counter() - sent)
             self._upstream_failed(post.target.name, exc)
-            request_id = next(iter(post.pending.values())).message.id if len(post.pending) == 1 else None
-            self._unanswered(post, "upstream")
-            await client.respond(exc.status, wire.dumps(wire.error(request_id, ErrorCode.INTERNAL_ERROR, exc.message)))
+            await self._failed(post, client, exc.status, exc.message)
+        except Refused as refusal:  # a reply larger than the sidecar reads: never passed on unread
+            self._refused(refusal.reason, f"/mcp/{post.target.name}", refusal.message)
+            await self._failed(post, client, refusal.status, refusal.message)
+
+    async def _failed(self, post: _Post, client: AgentPort, status: int, message: str) -> None:
+        request_id = next(iter(post.pending.values())).message.id if len(post.pending) == 1 else None
+        self._unanswered(post, "upstream")
+        if post.streaming:
+            await client.close_stream()  # mid-stream: cut, so the client's SDK reports the failure
+            return
+        await client.respond(status, wire.dumps(wire.error(request_id, ErrorCode.INTERNAL_ERROR, message)))
 
     async def _upstream(self, post: _Post, status: int | None, seconds: float) -> None:
         for pending in post.pending.values():
@@ -443,12 +453,18 @@ class McpRunner:
         """An SSE reply, event by event: the events answering a checked request are read (and
         rewritten when they must be) before they go on; everything else goes on as it came."""
         await client.open_stream(answer)
+        post.streaming = True
         if post.answers:
             await client.write(b"".join(_sse(a) for a in post.answers))
         parser = SSEParser()
+        limit = self.settings.limits.max_reply_bytes
+        unparsed = 0  # bytes of the event being read: one event is never larger than a whole reply
         while True:
             chunk = await answer.chunk()
             events = parser.feed(chunk) if chunk else parser.flush()
+            unparsed = 0 if events else unparsed + len(chunk)
+            if unparsed > limit:
+                raise Refused(502, RefusalReason.SIZE, f"an SSE event exceeds the sidecar limit of {limit} bytes")
             out = [await self._event(post, event) for event in events]
             if out:
                 await client.write(b"".join(out))
@@ -473,7 +489,8 @@ class McpRunner:
         try:
             async with self.upstream.open("GET", target.url, headers, b"") as answer:
                 if answer.status != 200 or _content_type(answer.headers) != _SSE:
-                    await client.respond(answer.status, await answer.read(), answer)
+                    raw = await read_bounded(answer, self.settings.limits.max_reply_bytes)
+                    await client.respond(answer.status, raw, answer)
                     return
                 await client.open_stream(answer)
                 parser = SSEParser()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sidecar.exchange.legs import Ambiguous, Execute, LegIndex, Refused, Repeat
+from sidecar.exchange.legs import Ambiguous, Execute, FinalRefusal, LegIndex, Repeat
 from sidecar.exchange.state import EarlierLeg
 from sidecar.model import Verdict, VerdictKind
 
@@ -41,7 +41,7 @@ def test_a_final_refusal_is_returned_as_it_was() -> None:
     index = LegIndex(60, clock=Clock())
     denied = Verdict(VerdictKind.DENY, "denied", reasons=["no"])
     index.refused(leg(), denied)
-    assert index.match("refund", "h1", None) == Refused(leg(), denied)
+    assert index.match("refund", "h1", None) == FinalRefusal(leg(), denied)
 
 
 def test_two_sessions_are_ambiguous_unless_the_request_names_one() -> None:
