@@ -54,6 +54,8 @@ class ScriptedMcpServer:
     # Every JSON-RPC body POSTed to the server, decoded (what crossed the sidecar).
     received: list[Any] = field(default_factory=list)
     url: str = ""
+    # The tools the server offers (what a client would see without the sidecar).
+    tool_names: list[str] = field(default_factory=list)
     # Set to make orders_lookup break its own outputSchema (for the output check).
     break_output_schema: bool = False
     _server: Any = None
@@ -118,8 +120,10 @@ class ScriptedMcpServer:
     async def __aenter__(self) -> ScriptedMcpServer:
         import uvicorn
 
+        server = self.build()
+        self.tool_names = [tool.name for tool in await server.list_tools()]
         app = _Recording(
-            self.build().streamable_http_app(streamable_http_path=self.path, json_response=self.json_response),
+            server.streamable_http_app(streamable_http_path=self.path, json_response=self.json_response),
             self.received,
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
