@@ -128,6 +128,9 @@ class ScriptedMcpServer:
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted connections inherit it: uvicorn sets no TCP_NODELAY on sockets it is handed, and
+        # its separate header and body writes would then wait out the peer's delayed ACK (~40 ms).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
