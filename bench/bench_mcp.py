@@ -145,9 +145,8 @@ async def main(n: int) -> None:
                 await sidecar.stop()
     print("\nadded latency (p50): " + ", ".join(f"{k} {v:.3f} ms" for k, v in added.items()))
     worst = max(added["json"], added["sse"])
-    print(
-        f"MCP path vs model path: {worst:.3f} ms vs {added['model']:.3f} ms ({'within' if worst <= added['model'] else 'above'} the model path's)"
-    )
+    verdict = "within" if worst <= added["model"] else "above"
+    print(f"MCP path vs model path: {worst:.3f} ms vs {added['model']:.3f} ms ({verdict} the model path's)")
     print("  reproduce: .venv/bin/python bench/bench_mcp.py")
 
 
