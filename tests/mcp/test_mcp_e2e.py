@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
 import pytest
 from mcp import Client
 
@@ -46,6 +47,9 @@ async def test_a_valid_call_passes_and_is_counted_on_the_mcp_path(start_mcp, mcp
     assert m.value("sidecar_policy_decisions_total", decision="allow", path="mcp") == 1
     calls = {"server": "support", "method": "tools/call", "error_type": "none"}
     assert m.value("sidecar_mcp_operation_duration_seconds_count", **calls) == 1
+    async with aiohttp.ClientSession() as http, http.get(f"{sidecar.admin_url}/v1/tools") as r:
+        inventory = json.dumps(await r.json())
+    assert '"mcp:support"' in inventory and "payments_refund" in inventory  # the server's declarations
 
 
 async def test_bad_arguments_get_the_model_paths_error_and_never_reach_the_server(start_mcp, mcp_server, mode):
