@@ -21,6 +21,12 @@ from tests.helpers.redis_server import run_redis_server
 REPO = Path(__file__).resolve().parents[2]
 SIDECAR_BIN = str(Path(sys.executable).with_name("sidecar"))
 TOKEN = "admin-token-0123456789"
+# The sidecar's view of TOKEN (`TOKEN NAME GROUP,GROUP`): alice decides for both groups the
+# support example names. OTHER_TOKEN (bob) is an operator: outside both.
+APPROVER = "alice"
+TOKEN_LINE = f"{TOKEN} {APPROVER} support-leads,finance-approvers"
+OTHER_TOKEN = "operator-token-0123456789"
+OTHER_LINE = f"{OTHER_TOKEN} bob operators"
 SEND_SCHEMA = {
     "type": "object",
     "properties": {
@@ -65,10 +71,10 @@ StartApprovals = Callable[..., Awaitable[Running]]
 
 @pytest.fixture
 def start_approvals(start_sidecar: Any, policies_dir: Path) -> StartApprovals:
-    """A sidecar with the real policy and an admin token (overridable)."""
+    """A sidecar with the real policy and an admin token, alice's (overridable)."""
 
     async def _start(**overrides: Any) -> Running:
-        flags: dict[str, Any] = {"policies": str(policies_dir), "admin_token": TOKEN}
+        flags: dict[str, Any] = {"policies": str(policies_dir), "admin_token": TOKEN_LINE}
         flags.update(overrides)
         running: Running = await start_sidecar(**flags)
         return running

@@ -68,8 +68,8 @@ async def test_token_file_is_reread_when_the_secret_rotates(start_approvals, tmp
     old_dir, new_dir = tmp_path / "..2026_01", tmp_path / "..2026_02"
     old_dir.mkdir()
     new_dir.mkdir()
-    (old_dir / "tokens").write_text("first-token\n\nsecond-token\n")
-    (new_dir / "tokens").write_text("rotated-token\n")
+    (old_dir / "tokens").write_text("first-token ann support-leads\n\nsecond-token ben support-leads\n")
+    (new_dir / "tokens").write_text("rotated-token cat support-leads\n")
     link = tmp_path / "tokens"
     link.symlink_to(old_dir / "tokens")
     running = await start_approvals(admin_token=None, admin_token_file=str(link))
@@ -89,9 +89,9 @@ async def test_token_file_is_reread_when_the_secret_rotates(start_approvals, tmp
     token_file.write_text("rotated-token\n")
     done = await cli(running.admin_url, "approve", a.id, "--token-file", str(token_file), token=None)
     assert done.code == 0, done.err
-    # No `by`: the approver is the token's fingerprint, never the token itself.
-    decided_by = (await running.sidecar.state.get_approval(a.id)).decided_by
-    assert decided_by.startswith("token:") and "rotated" not in decided_by
+    # The approver is the name the token's line gives, never the token itself.
+    assert (await running.sidecar.state.get_approval(a.id)).decided_by == "cat"
+    assert f"{a.id}: approved by cat" in done.out
 
 
 async def test_concurrent_approve_and_deny_exactly_one_wins(start_approvals):
@@ -99,8 +99,8 @@ async def test_concurrent_approve_and_deny_exactly_one_wins(start_approvals):
     for _ in range(10):
         a = await _create(running, session=f"race-{os.urandom(4).hex()}")
         results = await asyncio.gather(
-            admin(running, "POST", f"/approvals/{a.id}/approve", body={"by": "alice"}),
-            admin(running, "POST", f"/approvals/{a.id}/deny", body={"by": "bob", "comment": "no"}),
+            admin(running, "POST", f"/approvals/{a.id}/approve"),
+            admin(running, "POST", f"/approvals/{a.id}/deny", body={"comment": "no"}),
         )
         statuses = sorted(status for status, _ in results)
         assert statuses == [200, 409]
@@ -113,8 +113,8 @@ async def test_concurrent_approve_and_deny_exactly_one_wins(start_approvals):
     # The same race through two CLI processes.
     a = await _create(running, session="race-cli")
     approve, deny = await asyncio.gather(
-        cli(running.admin_url, "approve", a.id, "--by", "alice"),
-        cli(running.admin_url, "deny", a.id, "--by", "bob"),
+        cli(running.admin_url, "approve", a.id),
+        cli(running.admin_url, "deny", a.id),
     )
     assert sorted((approve.code, deny.code)) == [0, 1]
     loser = approve if approve.code else deny
