@@ -48,7 +48,7 @@ def _env_token(settings: Settings) -> list[IdentityLine]:
     if not settings.admin_token:
         return []
     try:
-        return [parse_line(settings.admin_token)]
+        return [parse_line(settings.admin_token, Channel.API.key)]
     except IdentityError as exc:
         raise ConfigError(f"admin_token (SIDECAR_ADMIN_TOKEN): {exc}") from None
 
@@ -57,7 +57,11 @@ class AdminAuth:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._env = _env_token(settings)
-        self._file = IdentityFile(settings.admin_token_file, "admin token file") if settings.admin_token_file else None
+        self._file = (
+            IdentityFile(settings.admin_token_file, "admin token file", Channel.API.key)
+            if settings.admin_token_file
+            else None
+        )
         if self._file is not None:
             try:
                 self._file.load_at_start()

@@ -153,7 +153,7 @@ class SlackCallback:
         self.slack = slack
         self.now = now
         self.verifier = SignatureVerifier(settings.signing_secret, clock=_Clock(now))
-        self.users = IdentityFile(settings.users_file, "Slack users file")
+        self.users = IdentityFile(settings.users_file, "Slack users file", Channel.SLACK.key)
         try:
             self.users.load_at_start()
         except IdentityError as exc:

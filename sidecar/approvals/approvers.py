@@ -20,7 +20,7 @@ log = logging.getLogger("sidecar.approvals")
 # The prefix of the names the sidecar makes up itself (`token:1a2b3c4d`, `slack:U123`): a line
 # may not claim one, so a recorded approver is never mistaken for another token's fingerprint.
 RESERVED_PREFIXES = ("token:", "slack:")
-FORMAT = "KEY [NAME [GROUP,GROUP…]]"
+FORMAT = "{key} [NAME [GROUP,GROUP…]]"
 
 
 class Channel(StrEnum):
@@ -28,6 +28,11 @@ class Channel(StrEnum):
 
     API = "api"
     SLACK = "slack"
+
+    @property
+    def key(self) -> str:
+        """What the first field of this channel's identity lines is."""
+        return "TOKEN" if self is Channel.API else "USER_ID"
 
 
 class RefusalReason(StrEnum):
@@ -78,24 +83,24 @@ class IdentityLine:
     groups: frozenset[str]
 
 
-def parse_line(text: str) -> IdentityLine:
-    """`KEY [NAME [GROUP,GROUP…]]`, split on whitespace. The message of an error never repeats
-    the line: its first field may be a bearer token."""
+def parse_line(text: str, key: str = "KEY") -> IdentityLine:
+    """`KEY [NAME [GROUP,GROUP…]]`, split on whitespace (`key` names the first field in errors).
+    The message of an error never repeats the line: its first field may be a bearer token."""
     fields = text.split()
     if not fields:
         raise IdentityError("empty")
     if len(fields) > 3:
-        raise IdentityError(f"expected {FORMAT} (3 fields at most), got {len(fields)} fields")
-    key, name, groups = fields[0], fields[1] if len(fields) > 1 else None, fields[2] if len(fields) > 2 else ""
+        raise IdentityError(f"expected {FORMAT.format(key=key)} (3 fields at most), got {len(fields)} fields")
+    name, groups = fields[1] if len(fields) > 1 else None, fields[2] if len(fields) > 2 else ""
     if name is not None and name.startswith(RESERVED_PREFIXES):
         raise IdentityError(f"a name may not start with {' or '.join(RESERVED_PREFIXES)} (the sidecar's own names)")
     members = groups.split(",") if groups else []
     if any(not group for group in members):
         raise IdentityError("empty group name (GROUP,GROUP: no leading, trailing or doubled comma)")
-    return IdentityLine(key, name, frozenset(members))
+    return IdentityLine(fields[0], name, frozenset(members))
 
 
-def parse_lines(text: str) -> dict[str, IdentityLine]:
+def parse_lines(text: str, key: str = "KEY") -> dict[str, IdentityLine]:
     """Every line of a file: blank lines and `#` comments skipped; a key given twice is an error
     (two identities for one credential would make the recorded approver a matter of order)."""
     found: dict[str, IdentityLine] = {}
@@ -104,11 +109,11 @@ def parse_lines(text: str) -> dict[str, IdentityLine]:
         if not stripped or stripped.startswith("#"):
             continue
         try:
-            entry = parse_line(stripped)
+            entry = parse_line(stripped, key)
         except IdentityError as exc:
             raise IdentityError(f"line {number}: {exc}") from None
         if entry.key in found:
-            raise IdentityError(f"line {number}: the same key as an earlier line")
+            raise IdentityError(f"line {number}: the same {key} as an earlier line")
         found[entry.key] = entry
     return found
 
@@ -122,9 +127,10 @@ class IdentityFile:
     survive a broken edit), is logged once per problem, and `problem` says why.
     """
 
-    def __init__(self, path: str, what: str) -> None:
+    def __init__(self, path: str, what: str, key: str) -> None:
         self.path = path
         self.what = what
+        self.key = key
         self._version: tuple[int, int, int, int] | None = None
         self._entries: dict[str, IdentityLine] = {}
         self.problem: str | None = None
@@ -161,7 +167,7 @@ class IdentityFile:
             return False
         self._version = version
         try:
-            self._entries, self.problem = parse_lines(text), None
+            self._entries, self.problem = parse_lines(text, self.key), None
         except IdentityError as exc:
             self._entries, self.problem = {}, f"{self.what} {self.path}: {exc}"
             return True
@@ -180,7 +186,7 @@ class ApprovalForbidden(Exception):
         if approver.groups:
             detail = f"{approver.name} is in {', '.join(sorted(approver.groups))}, not in {group}"
         else:
-            detail = f"{approver.name} is in no group (give it one: {FORMAT.replace('KEY', 'TOKEN')})"
+            detail = f"{approver.name} is in no group (give it one: {FORMAT.format(key=approver.via.key)})"
         super().__init__(f"approval {approval_id} is for group {group}: {detail}")
         self.approval_id = approval_id
         self.group = group

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from sidecar.scripted import ToolCallSpec, Turn
@@ -170,30 +168,14 @@ async def test_approved_call_held_back_with_a_refused_neighbour_is_not_used_up(m
     assert record["status"] == "consumed"
 
 
-async def test_audit_lines_for_request_and_decisions(model, start_approvals):
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if getattr(record, "event", None) == "approval":
-                records.append(record)
-
-    handler = Keep()
-    logger = logging.getLogger("sidecar")
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        running = await start_approvals()
-        agent = AGENTS["chat"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "audited"})
-        approval_id = await _request_approval(model, agent, "chat", False, OUTSIDE)
-        await admin(running, "POST", f"/approvals/{approval_id}/approve", body={"comment": "ok"})
-        model.add_turns([Turn(tool_calls=[send(OUTSIDE)])])
-        assert (await agent.ask(stream=False)).calls
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-    lines = [r.fields for r in records]  # type: ignore[attr-defined]
+async def test_audit_lines_for_request_and_decisions(model, start_approvals, audit):
+    running = await start_approvals()
+    agent = AGENTS["chat"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "audited"})
+    approval_id = await _request_approval(model, agent, "chat", False, OUTSIDE)
+    await admin(running, "POST", f"/approvals/{approval_id}/approve", body={"comment": "ok"})
+    model.add_turns([Turn(tool_calls=[send(OUTSIDE)])])
+    assert (await agent.ask(stream=False)).calls
+    lines = audit
     assert [(f["action"], f["approval_id"]) for f in lines] == [
         ("requested", approval_id),
         ("approved", approval_id),

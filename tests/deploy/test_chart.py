@@ -14,7 +14,8 @@ import helm_python as helm
 import pytest
 import yaml
 
-from sidecar.config import load_settings
+from sidecar.admin.auth import AdminAuth
+from sidecar.config import Settings, load_settings
 from sidecar.policy.sources import init_directory
 from sidecar.telemetry.metrics import TOOL_BUCKETS
 from tests.deploy.chart import (
@@ -248,13 +249,21 @@ def test_docs_show_the_tested_agent_chart_template():
     assert template in docs, "docs/kubernetes.md must show tests/deploy/fixtures/agent-chart's deployment.yaml"
 
 
-def test_admin_tokens_secret_holds_identities_and_groups():
+def test_admin_tokens_secret_holds_identities_and_groups(tmp_path):
     rendered = render(values_file("sidecar-values.yaml"))
     secret = rendered.one("Secret")
     assert base64.b64decode(secret["data"]["tokens"]).decode() == (
         "approver-token-0123456789abcdef alice support-leads,finance-approvers\n"
         "oncall-token-0123456789abcdef0 oncall operators\n"
     )
+    # The sidecar reads that file as those approvers.
+    mounted = tmp_path / "tokens"
+    mounted.write_bytes(base64.b64decode(secret["data"]["tokens"]))
+    auth = AdminAuth(Settings(admin_token_file=str(mounted)))
+    alice = auth.check("Bearer approver-token-0123456789abcdef").approver
+    oncall = auth.check("Bearer oncall-token-0123456789abcdef0").approver
+    assert alice is not None and (alice.name, alice.groups) == ("alice", {"support-leads", "finance-approvers"})
+    assert oncall is not None and (oncall.name, oncall.groups) == ("oncall", {"operators"})
     spec = rendered.patch()["spec"]["template"]["spec"]
     sidecar = containers(spec)["agent-sidecar"]
     assert sidecar["args"][4:] == ["--admin-token-file", "/etc/agent-sidecar/admin/tokens"]
