@@ -23,15 +23,26 @@ from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.approvals")
 
+# Notifications being delivered at once; beyond, new ones are dropped and counted as failures.
+MAX_IN_FLIGHT = 256
+
 
 class BackgroundTasks:
     """Deliveries that must not hold up the caller: kept until done (so none is collected
-    mid-flight), awaited by `drain` (tests), cancelled by `close` (shutdown waits for no one)."""
+    mid-flight), at most `limit` at once (beyond, `spawn` refuses: the caller counts the drop),
+    awaited by `drain` (tests), cancelled by `close` (shutdown waits for no one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_IN_FLIGHT) -> None:
         self._tasks: set[asyncio.Task[bool]] = set()
+        self.limit = limit
 
-    def spawn(self, work: Coroutine[Any, Any, bool]) -> asyncio.Task[bool]:
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def spawn(self, work: Coroutine[Any, Any, bool]) -> asyncio.Task[bool] | None:
+        if len(self._tasks) >= self.limit:
+            work.close()  # never started: no "coroutine was never awaited" warning
+            return None
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -73,7 +84,11 @@ class WebhookNotifier:
         """Schedule one delivery; returns at once (the task is kept so it is not collected)."""
         if not self.url:
             return None
-        return self._tasks.spawn(self._deliver(self.url, orjson.dumps(payload)))
+        task = self._tasks.spawn(self._deliver(self.url, orjson.dumps(payload)))
+        if task is None:  # a receiver that stalls cannot grow memory
+            self.failures.inc()
+            log.warning("approval notification dropped: %d already in flight", MAX_IN_FLIGHT)
+        return task
 
     async def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

@@ -153,19 +153,25 @@ class SlackApprovals:
         self._tasks = BackgroundTasks()
         self.failures = 0
 
-    def request(self, a: Approval) -> asyncio.Task[bool]:
-        return self._tasks.spawn(self._call(SlackMethod.POST_MESSAGE, channel=self.channel, **request_message(a)))
+    def request(self, a: Approval) -> asyncio.Task[bool] | None:
+        return self._spawn(SlackMethod.POST_MESSAGE, channel=self.channel, **request_message(a))
 
     def decided(self, a: Approval, channel: str | None, ts: str | None) -> asyncio.Task[bool] | None:
         if not channel or not ts:
             return None
-        return self._tasks.spawn(self._call(SlackMethod.UPDATE, channel=channel, ts=ts, **decided_message(a)))
+        return self._spawn(SlackMethod.UPDATE, channel=channel, ts=ts, **decided_message(a))
 
     def tell(self, channel: str | None, user: str, text: str) -> asyncio.Task[bool] | None:
         """An ephemeral reply only `user` sees, in the channel they clicked in."""
         if not channel:
             return None
-        return self._tasks.spawn(self._call(SlackMethod.POST_EPHEMERAL, channel=channel, user=user, text=escape(text)))
+        return self._spawn(SlackMethod.POST_EPHEMERAL, channel=channel, user=user, text=escape(text))
+
+    def _spawn(self, method: SlackMethod, **arguments: Any) -> asyncio.Task[bool] | None:
+        task = self._tasks.spawn(self._call(method, **arguments))
+        if task is None:  # a Slack that stalls cannot grow memory
+            self._failed(method, f"{self._tasks.limit} calls already in flight")
+        return task
 
     async def _call(self, method: SlackMethod, **arguments: Any) -> bool:
         try:
@@ -175,10 +181,13 @@ class SlackApprovals:
             problem = f"Slack answered {exc.response.get('error') or exc.response.status_code}"
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             problem = f"Slack unreachable ({type(exc).__name__}: {exc})"
+        self._failed(method, problem)
+        return False
+
+    def _failed(self, method: SlackMethod, problem: str) -> None:
         self.failures += 1
         self.metrics.slack_api_failure(method.value)
         log.warning("Slack %s failed: %s; %s", method.value, problem, _CONSEQUENCE[method])
-        return False
 
     async def drain(self) -> None:
         await self._tasks.drain()
