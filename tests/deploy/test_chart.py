@@ -517,3 +517,30 @@ def test_every_value_is_documented():
             missing.append(line.strip())
         documented.append((indent, here))
     assert not missing, f"undocumented values: {missing}"
+
+
+def test_the_documented_slack_values_give_the_sidecar_complete_slack_settings(tmp_path):
+    """docs/kubernetes.md's Slack snippet: secrets from a Secret (env), the users file mounted,
+    the rest in the config file; together, the settings the sidecar loads."""
+    docs = (REPO / "docs" / "kubernetes.md").read_text()
+    block = docs[docs.index("**Slack approvals**") :]
+    match = re.search(r"```yaml\n(.*?)```", block, re.S)
+    assert match is not None
+    rendered = render(yaml.safe_load(match.group(1)))
+    spec = rendered.patch()["spec"]["template"]["spec"]
+    sidecar = containers(spec)["agent-sidecar"]
+    secrets = {
+        e["name"]: e["valueFrom"]["secretKeyRef"] for e in sidecar["env"] if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    assert set(secrets) == {"SIDECAR_APPROVALS__SLACK__SIGNING_SECRET", "SIDECAR_APPROVALS__SLACK__BOT_TOKEN"}
+    mounts = {m["mountPath"]: m["name"] for m in sidecar["volumeMounts"]}
+    assert mounts["/etc/agent-sidecar/slack"] in {v["name"] for v in spec["volumes"]}
+
+    [configmap] = [m for m in rendered.of_kind("ConfigMap") if m["metadata"]["name"].endswith("-config")]
+    path = tmp_path / "config.yaml"
+    path.write_text(configmap["data"]["config.yaml"])
+    environ = {name: "from-the-secret" for name in secrets}
+    slack = load_settings(config_file=path, environ=environ).approvals.slack
+    assert slack is not None
+    assert (slack.channel, slack.users_file) == ("C0123APPROVALS", "/etc/agent-sidecar/slack/users")
+    assert slack.signing_secret == slack.bot_token == "from-the-secret"
