@@ -458,6 +458,7 @@ BAD_VALUES = [
     ({"config": {"state": {"backend": "redis"}}}, "/config/state/backend"),
     ({"adminTokens": {"tokens": [{"token": "short", "name": "a", "groups": ["g"]}]}}, "/adminTokens/tokens/0/token"),
     ({"adminTokens": {"tokens": [{"token": "0123456789abcdefgh", "name": "a b", "groups": ["g"]}]}}, "/name"),
+    ({"adminTokens": {"tokens": [{"token": "#0123456789abcdefgh", "name": "a", "groups": ["g"]}]}}, "/token"),
     ({"sidecar": {"nativeSidecar": "maybe"}}, "/sidecar/nativeSidecar"),
     ({"gateway": {"workers": 0}}, "/gateway/workers"),
     ({"monitoring": {"prometheusRule": {"slo": {"toolLatencySeconds": "7"}}}}, "toolLatencySeconds"),
