@@ -9,6 +9,7 @@ from aiohttp import web
 from sidecar.admin.approvals import add_approval_routes
 from sidecar.admin.auth import AdminAuth
 from sidecar.admin.responses import json_response
+from sidecar.admin.slack import add_slack_routes
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
 from sidecar.schemas.inventory import ToolInventory
@@ -72,4 +73,6 @@ def build_admin_app(sidecar: AdminBackend) -> web.Application:
     app.router.add_get("/v1/tools", tools)
     # Approvals: bearer token on every endpoint (sidecar/admin/approvals.py).
     add_approval_routes(app, sidecar.approvals, AdminAuth(sidecar.settings))
+    # Slack interactive approvals (when configured): signed by Slack, not by a bearer token.
+    add_slack_routes(app, sidecar.approvals)
     return app

@@ -44,10 +44,13 @@ _CREDENTIAL_SHAPES = [
     r"(?<=://)[^/\s:@]*:[^/\s@]+(?=@)",
 ]
 _CREDENTIAL_RE = re.compile("|".join(f"(?:{p})" for p in _CREDENTIAL_SHAPES), re.DOTALL)
-# key = value / "key": "value" in raw text (unparseable arguments, error bodies, query strings):
-# the value after a credential-named key (not an auth scheme word: the bearer shape takes those).
+# key = value / "key": "value" / key: value in raw text (unparseable arguments, error bodies,
+# query strings): the value after a credential-named key (not an auth scheme word: the bearer
+# shape takes those). A colon needs a space or a quote after it: `token:1a2b3c4d` is the
+# fingerprint the admin API names a token by, not a token.
 _KEY_VALUE_RE = re.compile(
-    r"""(?i)((?:password|passwd|secret|token|api[_-]?key|authorization|credentials?)["']?\s*[:=]\s*["']?)"""
+    r"""(?i)((?:password|passwd|secret|token|api[_-]?key|authorization|credentials?)["']?\s*"""
+    r"""(?:=\s*|:\s+|:(?=["']))["']?)"""
     r"""(?!(?:bearer|basic)\b)(?!\[REDACTED\])([^\s"',;&}]{3,})"""
 )
 
