@@ -102,7 +102,7 @@ async def test_blocked_calls_are_answered_on_the_conversations_next_turn(
     second = await client.responses.create(model=MODEL, conversation=conversation.id, input="Never mind.", tools=tools)
     assert second.output_text == "Sorry."
     sent = model.model_requests[1].json["input"]
-    assert [i.get("type") for i in sent][0] == "function_call_output"
+    assert sent[0]["type"] == "function_call_output"
     third = await client.responses.create(model=MODEL, conversation=conversation.id, input="Thanks.", tools=tools)
     assert third.output_text == "Ok."  # answered once: not sent again
     assert model.model_requests[2].json["input"] == "Thanks."  # sent as the agent wrote it
