@@ -6,6 +6,7 @@ tool result is ever sent upstream in another conversation's request.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -137,8 +138,9 @@ async def _thread_turns(sidecar: Running, model: ScriptedModel, result: str) -> 
 
 
 async def test_two_threads_alike_after_turn_one_share_no_replay_and_no_result(
-    start_sidecar: StartSidecar, model: ScriptedModel
+    start_sidecar: StartSidecar, model: ScriptedModel, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO)
     sidecar = await start_sidecar(tools=TRAITS)
     capture = Capture()
     sidecar.sidecar.add_filter(capture)
@@ -152,6 +154,9 @@ async def test_two_threads_alike_after_turn_one_share_no_replay_and_no_result(
     policy = next(f for f in sidecar.sidecar.filters if isinstance(f, PolicyFilter))
     document = await policy.input_for(capture.checks[1])
     assert document["session"]["source"] == "thread" and document["session"]["id"] == sessions[1].id
+    # ...and so is every request log line.
+    lines = [r.fields for r in caplog.records if getattr(r, "event", None) == "request"]
+    assert len(lines) == 6 and {line["session_source"] for line in lines} == {"thread"}
 
 
 async def test_two_conversations_alike_share_no_replay_and_no_result(
