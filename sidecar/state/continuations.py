@@ -84,14 +84,13 @@ class Continuations:
                 self._failed(exc)
 
     async def get(self, key: str) -> HeldState | None:
+        """The store's record; this process's copy only while the store cannot answer (another
+        replica may have changed or forgotten the record since)."""
         if self._store is not None:
             try:
-                stored = await self._store.held(key)
+                return await self._store.held(key)
             except StateUnavailable as exc:
                 self._failed(exc)
-            else:
-                if stored is not None:
-                    return stored
         local = self._entries.get(key)
         return replace(local) if local is not None else None
 

@@ -6,6 +6,7 @@ tool result is ever sent upstream in another conversation's request.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -17,14 +18,39 @@ from sidecar.identity import named, session_id
 from sidecar.model import RequestView, SessionSource
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
 from tests.conftest import StartSidecar
-from tests.e2e.agents import AGENTS
+from tests.e2e.agents import AGENTS, Agent, Received, ResponsesAgent
 from tests.e2e.clients import anthropic_client, openai_client
 from tests.helpers.ledger import SEND_SCHEMA, TOOLS, TRAITS, Capture
 
 SEND = ToolCallSpec("support_replies_send", {"ticket_id": "T-1", "body": "Hello"})
 SECRET = "SECRET-of-conversation-A-7f3a"
 SENT_A = '{"status": "sent", "confirmation": "' + SECRET + '"}'
-STATELESS = ["anthropic", "chat"]  # full history in every request: derived sessions
+
+
+class StatelessResponsesAgent(ResponsesAgent):
+    """Responses without server state (`store: false`, the whole history every turn)."""
+
+    kind = "responses"
+
+    async def ask(self, stream: bool) -> Received:
+        async with openai_client(self.base_url, default_headers=self.headers) as client:
+            response = await client.responses.create(
+                model="gpt-test", input=self.history, tools=self.tools, store=False
+            )
+        items = [i for i in response.output if i.type == "function_call"]
+        self.history += [i.model_dump(exclude_none=True) for i in response.output]
+        calls = [(i.name, json.loads(i.arguments or "{}")) for i in items]
+        self.last = Received(calls, [i.call_id for i in items], response.output_text, None, response)
+        return self.last
+
+    def answer(self, results: dict[str, str]) -> None:
+        assert self.last is not None
+        outputs = [{"type": "function_call_output", "call_id": i, "output": results[i]} for i in self.last.call_ids]
+        self.history += outputs or [{"role": "user", "content": "thanks"}]
+
+
+STATELESS_AGENTS: dict[str, type[Agent]] = {**AGENTS, "responses": StatelessResponsesAgent}
+STATELESS = ["anthropic", "chat", "responses"]  # full history in every request: derived sessions
 
 
 def _leaked(model: ScriptedModel, start: int) -> list[int]:
@@ -36,7 +62,7 @@ async def _conversation_a(
     sidecar: Running, model: ScriptedModel, kind: str, headers: dict[str, str] | None = None
 ) -> Any:
     """Conversation A: SEND runs, its result (carrying the secret) goes back to the model."""
-    agent = AGENTS[kind](sidecar.proxy_url, TOOLS, headers)
+    agent = STATELESS_AGENTS[kind](sidecar.proxy_url, TOOLS, headers)
     model.add_turns([Turn(tool_calls=[SEND]), Turn(text="Sent.")])
     first = await agent.ask(False)
     assert first.calls == [("support_replies_send", {"ticket_id": "T-1", "body": "Hello"})]
@@ -53,12 +79,12 @@ async def test_derived_session_never_hands_a_result_to_another_conversation(
     a = await _conversation_a(sidecar, model, kind)
 
     # Conversation B begins exactly like A (one derived session), and the model makes A's call.
-    b = AGENTS[kind](sidecar.proxy_url, TOOLS)
+    b = STATELESS_AGENTS[kind](sidecar.proxy_url, TOOLS)
     start = len(model.model_requests)
     model.add_turns([Turn(tool_calls=[SEND]), Turn(text="It seems it was already sent.")])
     second = await b.ask(False)
     assert second.calls == []  # still refused: the session cannot tell the two apart
-    [told] = AGENTS[kind].tool_outputs(model.model_requests[start + 1])
+    told = STATELESS_AGENTS[kind].tool_outputs(model.model_requests[start + 1])[-1]
     assert told["status"] == "replayed" and told["result_shared"] is False
     assert "result" not in told and "original_call_id" not in told
     assert _leaked(model, start) == []
@@ -68,7 +94,7 @@ async def test_derived_session_never_hands_a_result_to_another_conversation(
     start = len(model.model_requests)
     model.add_turns([Turn(tool_calls=[SEND]), Turn(text="Already sent.")])
     assert (await a.ask(False)).calls == []
-    [told] = AGENTS[kind].tool_outputs(model.model_requests[start + 1])
+    told = STATELESS_AGENTS[kind].tool_outputs(model.model_requests[start + 1])[-1]
     assert told["result"] == SENT_A
 
 
@@ -80,12 +106,12 @@ async def test_strong_session_shares_the_remembered_result(
     sidecar = await start_sidecar(tools=TRAITS)
     headers = {"X-Sidecar-Session": "ticket-T-1"}
     await _conversation_a(sidecar, model, kind, headers)
-    b = AGENTS[kind](sidecar.proxy_url, TOOLS, headers)
+    b = STATELESS_AGENTS[kind](sidecar.proxy_url, TOOLS, headers)
     b.history = [{"role": "user", "content": "Another start entirely."}]
     start = len(model.model_requests)
     model.add_turns([Turn(tool_calls=[SEND]), Turn(text="Already sent.")])
     assert (await b.ask(False)).calls == []
-    [told] = AGENTS[kind].tool_outputs(model.model_requests[start + 1])
+    told = STATELESS_AGENTS[kind].tool_outputs(model.model_requests[start + 1])[-1]
     assert told["result"] == SENT_A and told["replayed"] is True
 
 
