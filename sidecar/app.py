@@ -115,9 +115,10 @@ class Sidecar:
         """The chain, in order. Each hook runs over the filters in this order."""
         s, state, metrics = self.settings, self.state, self.metrics
         filters: list[Filter] = [
-            # What the provider holds (Responses chains): restores the session every later
-            # filter works with, and fixes the request up before anyone reads it.
-            ProviderStateFilter(continuations),
+            # What the provider holds (message threads, Responses chains, conversations): restores
+            # the session and a thread's tools every later filter works with, and fixes the request
+            # up (withheld calls answered, the continued id) before anyone reads it.
+            ProviderStateFilter(continuations, state),
         ]
         if self.tracing is not None:
             # Traces: early, so its span is current while the others run (log lines carry it).

@@ -287,6 +287,7 @@ class TracingFilter(Filter):
             "gen_ai.provider.name": exchange.provider.value,
             "gen_ai.request.model": model,
             "sidecar.session.hash": _short_hash(exchange.session),
+            "sidecar.session.source": exchange.session_source.value,
             "sidecar.dialect": exchange.dialect.name,
             "sidecar.stream": exchange.view.stream,
         }
@@ -437,6 +438,9 @@ class TracingFilter(Filter):
         if state.round_span is not None:
             state.round_span.end()
         span = state.span
+        # A thread's first turn learns its session with the reply: the span says the final one.
+        span.set_attribute("sidecar.session.hash", _short_hash(exchange.session))
+        span.set_attribute("sidecar.session.source", exchange.session_source.value)
         span.set_attribute("sidecar.repair.rounds", exchange.repair_rounds)
         span.set_attribute("sidecar.overhead_ms", round(end.overhead_s * 1000, 3))
         if end.status >= 400 and not state.errored:

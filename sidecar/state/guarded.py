@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sidecar.state.base import (
@@ -25,6 +25,7 @@ from sidecar.state.base import (
     ApprovalNotFound,
     CallRecord,
     Decision,
+    HeldState,
     Limits,
     StateStore,
     StateUnavailable,
@@ -138,11 +139,14 @@ class GuardedStore:
 
     # -- provider-held conversations -------------------------------------------------------------
 
-    async def remember_withheld(self, response_id: str, outputs: Mapping[str, str]) -> None:
-        await self._call("remember_withheld", True, self.backend.remember_withheld(response_id, outputs))
+    async def remember_held(self, key: str, state: HeldState) -> None:
+        await self._call("remember_held", True, self.backend.remember_held(key, state))
 
-    async def withheld_for(self, response_id: str) -> dict[str, str]:
-        return await self._call("withheld_for", False, self.backend.withheld_for(response_id))
+    async def held(self, key: str) -> HeldState | None:
+        return await self._call("held", False, self.backend.held(key))
+
+    async def forget_held(self, key: str) -> None:
+        await self._call("forget_held", True, self.backend.forget_held(key))
 
     # -- health --------------------------------------------------------------------------------
 
