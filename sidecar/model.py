@@ -266,6 +266,48 @@ NOT_RUN_PAYLOAD: dict[str, Any] = {
 }
 
 
+class SessionSource(StrEnum):
+    """Where a session id came from (DESIGN.md "Session and call identity"), strongest first."""
+
+    HEADER = "header"  # the explicit session header (`X-Sidecar-Session`)
+    CONVERSATION = "conversation"  # an OpenAI conversation (`conversation` on /v1/responses)
+    THREAD = "thread"  # an Anthropic message thread: its root message id
+    CHAIN = "chain"  # a Responses `previous_response_id` chain: its root response id
+    USER = "user"  # the provider's user field (`metadata.user_id`, `user`, `prompt_cache_key`)
+    MCP_SESSION = "mcp_session"  # an MCP server's `Mcp-Session-Id` (one MCP connection, 2025 revisions)
+    DERIVED = "derived"  # a hash of how the conversation began: may merge conversations
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A session id and where it came from.
+
+    Strong sessions (every source but `derived`) name one conversation or one user; a derived
+    one may merge conversations that begin alike, so nothing learnt in one of them (a tool
+    result) is handed to another unless the request's history proves it continues it.
+    """
+
+    id: str
+    source: SessionSource
+
+    @property
+    def strong(self) -> bool:
+        return self.source is not SessionSource.DERIVED
+
+
+class ThreadMode(StrEnum):
+    """The `thread` field of an Anthropic Messages request (`message-threads-2026-08-12`)."""
+
+    CREATE = "create"  # the server holds the conversation under the response's id
+    CONTINUE = "continue"  # only the new messages; system and tools come from the thread
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRef:
+    mode: ThreadMode
+    previous_message_id: str | None = None  # `continue` only
+
+
 @dataclass(slots=True)
 class RequestView:
     """What a dialect extracted from an agent's request."""
@@ -275,11 +317,16 @@ class RequestView:
     declarations: dict[str, ToolDeclaration] = field(default_factory=dict)
     results: list[ToolResult] = field(default_factory=list)
     echoed_calls: list[EchoedCall] = field(default_factory=list)
+    # The provider's user field (`metadata.user_id`, `user`, `prompt_cache_key`).
     session_hint: str | None = None
     # Text used to derive a session id when no explicit hint exists.
     session_seed: str = ""
     previous_response_id: str | None = None
     store: bool = True
+    # The provider-held conversation the request belongs to: an OpenAI conversation id, or an
+    # Anthropic message thread (create / continue from a message id).
+    conversation: str | None = None
+    thread: ThreadRef | None = None
 
 
 # ---------------------------------------------------------------------------------------------

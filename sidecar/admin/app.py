@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import orjson
 from aiohttp import web
 
 from sidecar.admin.approvals import add_approval_routes
 from sidecar.admin.auth import AdminAuth
+from sidecar.admin.responses import json_response
+from sidecar.admin.slack import add_slack_routes
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
 from sidecar.schemas.inventory import ToolInventory
@@ -30,7 +31,7 @@ SIDECAR_KEY: web.AppKey[AdminBackend] = web.AppKey("sidecar")
 
 
 def _json(data: object, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+    return json_response(data, status)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -38,8 +39,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 200 while the sidecar can serve (docs/operations.md); what is degraded is listed."""
     ready, report = await request.app[SIDECAR_KEY].readiness()
-    return _json({"ready": ready, "components": report}, 200 if ready else 503)
+    return _json({"ready": ready, **report}, 200 if ready else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -53,7 +55,7 @@ async def status(request: web.Request) -> web.Response:
     """One flat document: readiness, then the metrics summary (`tools` maps tool name → stats)."""
     sidecar = request.app[SIDECAR_KEY]
     ready, report = await sidecar.readiness()
-    return _json({"ready": ready, **sidecar.metrics.status_summary(), "components": report})
+    return _json({"ready": ready, **sidecar.metrics.status_summary(), **report})
 
 
 async def tools(request: web.Request) -> web.Response:
@@ -71,4 +73,6 @@ def build_admin_app(sidecar: AdminBackend) -> web.Application:
     app.router.add_get("/v1/tools", tools)
     # Approvals: bearer token on every endpoint (sidecar/admin/approvals.py).
     add_approval_routes(app, sidecar.approvals, AdminAuth(sidecar.settings))
+    # Slack interactive approvals (when configured): signed by Slack, not by a bearer token.
+    add_slack_routes(app, sidecar.approvals)
     return app

@@ -30,6 +30,11 @@ from sidecar.scripted import ScriptedModel
 POLICIES = "example:support"
 # Not a secret: it only opens this demo's admin port on loopback, for the approvals CLI.
 ADMIN_TOKEN = "demo-admin-token-not-a-secret"
+# Who that token is on the sidecar (`TOKEN NAME GROUP,GROUP`): the support lead, in the group the
+# support example's data.json asks to approve customer replies. The CLI sends only the token;
+# the name the sidecar records (and the CLI prints) comes from here.
+APPROVER = "lee"
+APPROVER_GROUPS = "support-leads"
 
 
 def _print(line: str) -> None:
@@ -172,7 +177,7 @@ async def play(
                     "openai_upstream": model.url,
                     "rejection_log": {"path": str(log)},
                     "policies": POLICIES,
-                    "admin_token": ADMIN_TOKEN,
+                    "admin_token": f"{ADMIN_TOKEN} {APPROVER} {APPROVER_GROUPS}",
                     "policy": {"decision_log": {"path": decision_log}},
                     "mcp": {"servers": {"support": mcp_server.url}},
                 },

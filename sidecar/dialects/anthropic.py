@@ -32,6 +32,8 @@ from sidecar.model import (
     Provider,
     Reply,
     RequestView,
+    ThreadMode,
+    ThreadRef,
     ToolCall,
     ToolResult,
 )
@@ -83,6 +85,22 @@ def _stop_reason(reply: Reply) -> Any:
     return reason
 
 
+def _thread(value: Any) -> ThreadRef | None:
+    """The request's `thread` field (message threads beta); None when absent or unreadable."""
+    if not isinstance(value, dict):
+        return None
+    if value.get("type") == ThreadMode.CREATE.value:
+        return ThreadRef(ThreadMode.CREATE)
+    previous = value.get("previous_message_id")
+    if value.get("type") == ThreadMode.CONTINUE.value and isinstance(previous, str) and previous:
+        return ThreadRef(ThreadMode.CONTINUE, previous)
+    return None
+
+
+# Fields a thread keeps from its create request: a `continue` must not send them.
+THREAD_FIELDS = ("system", "tools")
+
+
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -97,11 +115,14 @@ class AnthropicDialect(Dialect):
     client_tool_types = (None, "custom")
     schema_key = "input_schema"
     forced_choice_type = "tool"
-    summary_keys = ("stop_reason", "stop_sequence", "stop_details")
+    # `id` too: a message thread holds the last round's message, and the agent's next turn
+    # must continue from the message that holds what it was given.
+    summary_keys = ("id", "stop_reason", "stop_sequence", "stop_details")
 
     def read_request(self, body: dict[str, Any]) -> RequestView:
         view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
         view.declarations = self.declarations(body)
+        view.thread = _thread(body.get("thread"))
         metadata = body.get("metadata")
         if isinstance(metadata, dict) and metadata.get("user_id"):
             view.session_hint = str(metadata["user_id"])
@@ -140,12 +161,39 @@ class AnthropicDialect(Dialect):
             {"type": "tool_result", "tool_use_id": call.id, "content": compact(payload), "is_error": True}
             for call, payload in outputs
         ]
+        answer = {"role": "user", "content": results}
+        reply_id = self.response_id(reply)
+        if _thread(request.get("thread")) is not None and reply_id:
+            # The thread holds the refused message: continue from it with only the answers
+            # (and without the fields the thread keeps, which a `continue` must not repeat).
+            body = {k: v for k, v in request.items() if k not in THREAD_FIELDS}
+            thread = {"type": ThreadMode.CONTINUE.value, "previous_message_id": reply_id}
+            return {**body, "thread": thread, "messages": [answer], "stream": False}
         messages = [
             *as_list(request.get("messages")),
             {"role": "assistant", "content": [item.wire for item in reply.items]},
-            {"role": "user", "content": results},
+            answer,
         ]
         return {**request, "messages": messages, "stream": False}
+
+    def add_withheld_outputs(self, body: dict[str, Any], outputs: dict[str, str]) -> dict[str, Any]:
+        """A thread continuation after a turn whose calls the agent never saw: the thread still
+        holds them, so they are answered first, in the user message that follows them."""
+        messages = [m for m in as_list(body.get("messages")) if isinstance(m, dict)]
+        first = messages[0] if messages and messages[0].get("role") == "user" else None
+        content = first.get("content") if first is not None else []
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else as_list(content)
+        answered = {b.get("tool_use_id") for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"}
+        extra = [
+            {"type": "tool_result", "tool_use_id": call_id, "content": output, "is_error": True}
+            for call_id, output in outputs.items()
+            if call_id not in answered
+        ]
+        if not extra:
+            return body
+        user = {**(first or {"role": "user"}), "content": [*extra, *blocks]}
+        rest = messages[1:] if first is not None else messages
+        return {**body, "messages": [user, *rest]}
 
     def read_reply(self, body: dict[str, Any]) -> Reply:
         envelope = dict(body)

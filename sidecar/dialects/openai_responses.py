@@ -63,6 +63,14 @@ def _items(output: list[Any]) -> list[Item]:
     return items
 
 
+def conversation_id(body: dict[str, Any]) -> str | None:
+    """The request's `conversation` (an id, or `{"id": …}`), None when absent or unreadable."""
+    value = body.get("conversation")
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value if isinstance(value, str) and value else None
+
+
 class OpenAIResponsesDialect(Dialect):
     name = "openai_responses"
     provider = Provider.OPENAI
@@ -77,6 +85,7 @@ class OpenAIResponsesDialect(Dialect):
         previous = body.get("previous_response_id")
         view.previous_response_id = previous if isinstance(previous, str) else None
         view.store = body.get("store", True) is not False
+        view.conversation = conversation_id(body)
         items = body.get("input")
         if isinstance(items, str):
             view.session_seed = str(body.get("instructions") or "") + "\x00" + items
@@ -106,6 +115,13 @@ class OpenAIResponsesDialect(Dialect):
         ]
         body = {**request, "stream": False}
         reply_id = self.response_id(reply)
+        if conversation_id(request) is not None:
+            # The conversation holds the refused response (its input and output were added to
+            # it): only the answers go, and never `previous_response_id` with `conversation`
+            # (the API refuses the pair as mutually exclusive).
+            body.pop("previous_response_id", None)
+            body["input"] = answers
+            return body
         if request.get("store", True) is not False and reply_id:
             # The provider holds the conversation: continue from the refused response.
             body["previous_response_id"] = reply_id

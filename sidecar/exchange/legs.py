@@ -51,7 +51,7 @@ class Execute:
 
 @dataclass(frozen=True, slots=True)
 class Repeat:
-    session: str
+    leg: EarlierLeg  # the call already executed: the repeat is judged in its session
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +113,10 @@ class LegIndex:
             return None
         candidates = self._live((tool, args_hash))
         if session is not None:
-            candidates = [e for e in candidates if e.leg.session == session]
+            candidates = [e for e in candidates if e.leg.session.id == session]
         if not candidates:
             return None
-        sessions = {e.leg.session for e in candidates}
+        sessions = {e.leg.session.id for e in candidates}
         if len(sessions) > 1:
             return Ambiguous(len(sessions))
         open_ = [e for e in candidates if e.verdict is None and not e.claimed]
@@ -124,8 +124,9 @@ class LegIndex:
             entry = open_[0]
             entry.claimed = True
             return Execute(entry.leg, entry)
-        if any(e.verdict is None for e in candidates):
-            return Repeat(candidates[0].leg.session)
+        executed = [e for e in candidates if e.verdict is None]
+        if executed:
+            return Repeat(executed[0].leg)
         refused = candidates[-1]
         assert refused.verdict is not None
         return FinalRefusal(refused.leg, refused.verdict)

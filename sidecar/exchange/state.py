@@ -20,7 +20,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from sidecar.dialects.base import Dialect
-from sidecar.model import CallPath, Provider, RequestView, ToolCall, Verdict
+from sidecar.model import CallPath, Provider, RequestView, Session, SessionSource, ToolCall, Verdict
 
 T = TypeVar("T")
 
@@ -142,7 +142,7 @@ class EarlierLeg:
     """The model-path leg of a logical call that an MCP `tools/call` executes (docs/mcp.md, "One
     logical call"): the call the model asked for and the agent received, judged there once."""
 
-    session: str
+    session: Session
     call_id: str
     tool: str
     args_hash: str
@@ -156,7 +156,7 @@ class Exchange:
     id: str
     provider: Provider
     dialect: Wire
-    session: str
+    session: str  # the session id every filter keys its state by (see `session_source`)
     view: RequestView
     request: dict[str, Any]  # the body as it goes upstream (filters may edit it: hidden tools)
     url: URL
@@ -167,12 +167,23 @@ class Exchange:
     upstream_seconds: float = 0.0
     hidden_tools: list[str] = field(default_factory=list)
     results: list[ToolResultRecord] = field(default_factory=list)
+    # Where `session` came from (DESIGN.md sessions): header, conversation, thread, chain, user, derived.
+    session_source: SessionSource = SessionSource.DERIVED
     # MCP exchanges only: which server and request (None on the model path).
     mcp: McpFacts | None = None
     # Calls of this exchange that execute a call an earlier leg decided (call id -> that leg):
     # their decision is reused, not taken again (see `Filter.decides_once`).
     earlier: dict[str, EarlierLeg] = field(default_factory=dict)
     _slots: dict[ExchangeKey[Any], Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def session_info(self) -> Session:
+        """The session as one typed value (id and source)."""
+        return Session(self.session, self.session_source)
+
+    def set_session(self, session: Session) -> None:
+        """Id and source change together (the conversation filter refines the session)."""
+        self.session, self.session_source = session.id, session.source
 
     @property
     def path(self) -> CallPath:
@@ -184,7 +195,7 @@ class Exchange:
         return CallPath.MODEL if call_id in self.earlier else self.path
 
     @property
-    def source(self) -> str:
+    def declared_by(self) -> str:
         """Who declared this exchange's tools, for the inventory and drift: the provider, or
         `mcp:<server>` (two MCP servers may list tools of the same name)."""
         return f"mcp:{self.mcp.server}" if self.mcp is not None else self.provider.value

@@ -24,7 +24,7 @@ class LegsFilter(Filter):
         self.index = index
 
     def _leg(self, ex: Exchange, call: ToolCall) -> EarlierLeg:
-        return EarlierLeg(ex.session, call.id, call.name, call.args_hash, self.index.clock())
+        return EarlierLeg(ex.session_info, call.id, call.name, call.args_hash, self.index.clock())
 
     async def on_checked(self, ex: Exchange, checks: list[CallCheck]) -> None:
         if ex.path is not CallPath.MODEL:

@@ -46,9 +46,19 @@ from sidecar.exchange.state import Action, CallCheck, EarlierLeg, End, Exchange,
 from sidecar.mcp import wire
 from sidecar.mcp.catalog import Catalog, Listing, caller_key, is_first_page
 from sidecar.mcp.outputs import OutputCheck
-from sidecar.mcp.session import McpSession, mcp_session
+from sidecar.mcp.session import mcp_session
 from sidecar.mcp.wire import ErrorCode, Kind, Message, WireError
-from sidecar.model import EchoedCall, Provider, RefusalReason, RequestView, ToolCall, Verdict, VerdictKind
+from sidecar.model import (
+    EchoedCall,
+    Provider,
+    RefusalReason,
+    RequestView,
+    Session,
+    SessionSource,
+    ToolCall,
+    Verdict,
+    VerdictKind,
+)
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 
@@ -133,7 +143,7 @@ class _Post:
     target: Target
     headers: CIMultiDict[str]  # as they go upstream
     client_headers: Mapping[str, str]
-    session: McpSession
+    session: Session
     caller: tuple[str, str]
     started: float = field(default_factory=time.perf_counter)
     pending: dict[tuple[str, Any], _Pending] = field(default_factory=dict)
@@ -256,6 +266,7 @@ class McpRunner:
             provider=Provider.MCP,
             dialect=wire.MCP_WIRE,
             session=post.session.id,
+            session_source=post.session.source,
             view=view,
             request=request,
             url=post.target.url,
@@ -310,14 +321,15 @@ class McpRunner:
             if earlier is not None:  # the retry of a call that asked for input: the same call
                 self._adopt(ex, call, earlier)
                 return None
-        found = self.legs.match(call.name, call.args_hash, post.session.id if post.session.explicit else None)
+        explicit = post.session.source is SessionSource.HEADER
+        found = self.legs.match(call.name, call.args_hash, post.session.id if explicit else None)
         if isinstance(found, Execute):
             leg.claim = found
             self._adopt(ex, call, found.leg)
         elif isinstance(found, Repeat):
-            ex.session = found.session
+            ex.set_session(found.leg.session)
         elif isinstance(found, FinalRefusal):
-            ex.session = found.leg.session
+            ex.set_session(found.leg.session)
             return found.verdict
         elif isinstance(found, Ambiguous):
             log_event(
@@ -327,7 +339,7 @@ class McpRunner:
 
     @staticmethod
     def _adopt(ex: Exchange, call: ToolCall, earlier: EarlierLeg) -> None:
-        ex.session = earlier.session
+        ex.set_session(earlier.session)
         call.id = earlier.call_id
         ex.earlier[call.id] = earlier
 
@@ -593,7 +605,9 @@ class McpRunner:
     def _remember_input(self, ex: Exchange, call: ToolCall) -> None:
         if len(self._awaiting_input) >= _AWAITING_INPUT_MAX:
             self._awaiting_input.pop(next(iter(self._awaiting_input)))
-        earlier = ex.earlier.get(call.id) or EarlierLeg(ex.session, call.id, call.name, call.args_hash, time.time())
+        earlier = ex.earlier.get(call.id) or EarlierLeg(
+            ex.session_info, call.id, call.name, call.args_hash, time.time()
+        )
         self._awaiting_input[(ex.session, call.name, call.args_hash)] = earlier
 
     async def _list_answered(

@@ -177,11 +177,13 @@ class ProxyHandler:
                 self._upstream_failed(route.provider, exc, route.path)
                 return error_response(error_dialect, exc.status, exc.message)
         view = route.dialect.read_request(payload)
+        session = session_id(request.headers, self.settings.session_header, view)
         ex = Exchange(
             id=secrets.token_hex(8),
             provider=route.provider,
             dialect=route.dialect,
-            session=session_id(request.headers, self.settings.session_header, view),
+            session=session.id,
+            session_source=session.source,
             view=view,
             request=payload,
             url=url,

@@ -27,6 +27,7 @@ Responder = Callable[[RecordedRequest], Turn | Awaitable[Turn]]
 
 EXHAUSTED_TEXT = "(script exhausted)"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+CONVERSATIONS_PATH = "/v1/conversations"
 MODELS_PATH = "/v1/models"
 # Generous: tests send big histories, and the real APIs accept tens of megabytes.
 MAX_BODY = 64 * 1024 * 1024
@@ -63,7 +64,8 @@ class ScriptedModel:
         ids = self._ids = Ids(seed)
         self._anthropic = AnthropicFormat(ids, pad_json=pad_json)
         self._openai = ChatFormat(ids)  # also shapes OpenAI 404s and model lists
-        self._formats: list[WireFormat] = [self._anthropic, self._openai, ResponsesFormat(ids)]
+        self._responses = ResponsesFormat(ids)  # also holds the conversations
+        self._formats: list[WireFormat] = [self._anthropic, self._openai, self._responses]
         self._runner: web.AppRunner | None = None
         self.app = web.Application(client_max_size=MAX_BODY)
         self.app.router.add_route("*", "/{tail:.*}", self._handle)
@@ -167,6 +169,8 @@ class ScriptedModel:
         anthropic = "anthropic-version" in recorded.headers
         if request.method == "POST" and request.path.endswith(COUNT_TOKENS_PATH):
             return self._json(self._anthropic, HttpReply(200, {"input_tokens": _tokens(body)}))
+        if request.method == "POST" and request.path.endswith(CONVERSATIONS_PATH):
+            return self._json(self._responses, HttpReply(200, self._responses.create_conversation(parsed)))
         if fmt is not None:
             try:
                 return await self._model_request(request, fmt, recorded)
@@ -183,7 +187,7 @@ class ScriptedModel:
         body = recorded.json
         if not isinstance(body, dict):
             return self._json(fmt, fmt.invalid_request("We could not parse the JSON body of your request."))
-        rejection = fmt.check(body)
+        rejection = fmt.check_headers(body, recorded.headers) or fmt.check(body)
         if rejection is not None:
             return self._json(fmt, rejection)
         turn = await self._next_turn(recorded)

@@ -199,6 +199,10 @@ class WireFormat(ABC):
         """Pairing validation like the real provider; None when the request is acceptable."""
         return None
 
+    def check_headers(self, body: dict[str, Any], headers: dict[str, str]) -> HttpReply | None:
+        """What the provider refuses for want of a header (a beta not enabled); None when fine."""
+        return None
+
     def remember(self, reply: Reply) -> None:
         """Called once a reply was sent in full (Responses keeps it for previous_response_id)."""
         return None
@@ -220,9 +224,13 @@ class WireFormat(ABC):
         return HttpReply(err.status, body, dict(err.headers))
 
     def invalid_request(
-        self, message: str, param: str | None = None, status: int = 400, code: str | None = None
+        self,
+        message: str,
+        param: str | None = None,
+        status: int = 400,
+        code: str | None = None,
+        type_: str = "invalid_request_error",
     ) -> HttpReply:
-        type_ = "invalid_request_error"
         rid = self.request_id()
         return HttpReply(status, self.error_body(status, type_, message, code, param, rid))
 

@@ -402,6 +402,25 @@ class Metrics:
             registry=r,
         )
         self._mcp_servers: frozenset[str] = frozenset()
+        # --- approvers (docs/approvals.md) ---
+        self.approval_decisions_refused = Counter(
+            "sidecar_approval_decisions_refused",
+            "Approval decisions refused from an authenticated caller (outside the group, unmapped Slack user).",
+            ["via", "reason"],
+            registry=r,
+        )
+        self.slack_callbacks_refused = Counter(
+            "sidecar_slack_callbacks_refused",
+            "Slack interaction callbacks refused before any decision (signature, stale, replayed, malformed).",
+            ["reason"],
+            registry=r,
+        )
+        self.slack_api_failures = Counter(
+            "sidecar_slack_api_failures",
+            "Slack Web API calls that failed (unreachable, or answered ok: false), by method.",
+            ["method"],
+            registry=r,
+        )
         self.build = Info("sidecar_build", "Sidecar version.", registry=r)
         self.build.info({"version": version or __version__})
         # process_cpu_seconds_total, process_resident_memory_bytes, ... on this registry too.
@@ -532,6 +551,15 @@ class Metrics:
 
     def admin_unauthorized_request(self) -> None:
         self.admin_unauthorized.inc()
+
+    def approval_decision_refused(self, via: str, reason: str) -> None:
+        self.approval_decisions_refused.labels(via, reason).inc()
+
+    def slack_callback_refused(self, reason: str) -> None:
+        self.slack_callbacks_refused.labels(reason).inc()
+
+    def slack_api_failure(self, method: str) -> None:
+        self.slack_api_failures.labels(method).inc()
 
     def policy_reload(self, ok: bool) -> None:
         (self.policy_reloads if ok else self.policy_reload_failures).inc()

@@ -21,6 +21,8 @@ from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
 from tests.e2e.agents import AnthropicAgent, ChatAgent
 
 TOKEN = "dashboard-admin-token-0123456789"
+# The sidecar's line for TOKEN: an approver in the group the workload's policy names.
+TOKEN_LINE = f"{TOKEN} alice support-leads"
 SEND = "support_replies_send"
 SEND_SCHEMA = {
     "type": "object",
@@ -117,7 +119,7 @@ class Workload:
         assert got.calls == []
         agent.answer({})
         [approval] = [a for a in await self._admin("GET", "/approvals") if a["session"] == session]
-        await self._admin("POST", f"/approvals/{approval['id']}/approve", {"by": "alice"})
+        await self._admin("POST", f"/approvals/{approval['id']}/approve")
         self.model.add_turns([Turn(tool_calls=[outside])])
         got = await agent.ask(stream=False)
         assert got.calls == [(SEND, outside.arguments)]

@@ -14,6 +14,9 @@ from sidecar.app import Running
 from sidecar.scripted.mcp import ScriptedMcpServer
 
 ADMIN_TOKEN = "mcp-admin-token-0123456789"
+# The sidecar's view of the token (`TOKEN NAME GROUP,GROUP`): lee approves for the support leads
+# (the group example:support names for customer replies).
+ADMIN_TOKEN_LINE = f"{ADMIN_TOKEN} lee support-leads,finance-approvers"
 # Both ways the official client connects: the current revision (stateless, _meta) and the
 # previous one (initialize, Mcp-Session-Id), which it negotiates as 2025-11-25.
 MODES = ("2026-07-28", "legacy")
@@ -39,7 +42,7 @@ def start_mcp(start_sidecar: Any) -> Callable[..., Awaitable[Running]]:
     async def _start(server: ScriptedMcpServer, **overrides: Any) -> Running:
         flags: dict[str, Any] = {
             "policies": "example:support",
-            "admin_token": ADMIN_TOKEN,
+            "admin_token": ADMIN_TOKEN_LINE,
             "mcp": {"servers": {"support": server.url}},
         }
         flags.update(overrides)
@@ -49,12 +52,12 @@ def start_mcp(start_sidecar: Any) -> Callable[..., Awaitable[Running]]:
     return _start
 
 
-async def approve(admin_url: str, approval_id: str, by: str = "lee") -> dict[str, Any]:
-    """What an approver does: the admin API, with a bearer token."""
+async def approve(admin_url: str, approval_id: str) -> dict[str, Any]:
+    """What an approver does: the admin API, with a bearer token (its identity is recorded)."""
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     async with (
         aiohttp.ClientSession() as http,
-        http.post(f"{admin_url}/approvals/{approval_id}/approve", json={"by": by}, headers=headers) as r,
+        http.post(f"{admin_url}/approvals/{approval_id}/approve", json={}, headers=headers) as r,
     ):
         assert r.status == 200, await r.text()
         body: dict[str, Any] = await r.json()

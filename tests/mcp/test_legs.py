@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sidecar.exchange.legs import Ambiguous, Execute, FinalRefusal, LegIndex, Repeat
 from sidecar.exchange.state import EarlierLeg
-from sidecar.model import Verdict, VerdictKind
+from sidecar.model import Session, SessionSource, Verdict, VerdictKind
 
 
 class Clock:
@@ -16,7 +16,7 @@ class Clock:
 
 
 def leg(session: str = "s", call_id: str = "c1", at: float = 1000.0) -> EarlierLeg:
-    return EarlierLeg(session, call_id, "refund", "h1", at)
+    return EarlierLeg(Session(session, SessionSource.HEADER), call_id, "refund", "h1", at)
 
 
 def test_a_delivered_call_is_executed_once_then_repeated() -> None:
@@ -24,7 +24,7 @@ def test_a_delivered_call_is_executed_once_then_repeated() -> None:
     index.delivered(leg())
     first = index.match("refund", "h1", None)
     assert isinstance(first, Execute) and first.leg.call_id == "c1"
-    assert index.match("refund", "h1", None) == Repeat("s")  # claimed: a second execution is a repeat
+    assert index.match("refund", "h1", None) == Repeat(leg())  # claimed: a second execution is a repeat
     assert index.match("refund", "other-args", None) is None
 
 
@@ -60,5 +60,5 @@ def test_the_window_and_the_bound() -> None:
     clock.now += 61
     assert index.match("refund", "h1", None) is None  # older than the window
     for n in range(3):
-        index.delivered(EarlierLeg("s", f"c{n}", f"tool{n}", "h", clock.now))
+        index.delivered(EarlierLeg(Session("s", SessionSource.HEADER), f"c{n}", f"tool{n}", "h", clock.now))
     assert len(index) == 2 and index.match("tool0", "h", None) is None  # the oldest went first
