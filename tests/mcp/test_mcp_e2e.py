@@ -5,6 +5,7 @@ refusal is the model path's, under the same policy files (example:support)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -165,3 +166,15 @@ async def test_the_refusal_is_the_same_structured_error_the_model_path_gives(sta
     await AGENTS["anthropic"](sidecar.proxy_url, {"support_tickets_search": schema}).ask(False)
     repair = [r for r in model.requests if r.protocol is not None][1]
     assert AGENTS["anthropic"].tool_outputs(repair) == [on_mcp]
+
+
+async def test_structured_content_that_breaks_the_output_schema_is_an_anomaly(start_mcp, mcp_server, mode):
+    sidecar = await start_mcp(mcp_server)
+    mcp_server.break_output_schema = True
+    async with client(sidecar, mode) as mcp:
+        await mcp.list_tools()
+        with contextlib.suppress(Exception):  # the client's SDK may refuse it too: that is its right
+            await mcp.call_tool("orders_lookup", {"order_id": "o-1"})
+    assert mcp_server.executed("orders_lookup") == [{"order_id": "o-1"}]
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_tool_result_anomalies_total", kind="output_schema_violation") == 1
