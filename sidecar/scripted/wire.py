@@ -82,6 +82,9 @@ class Reply:
     request_id: str
     stop_reason: str | None = None
     usage_extra: dict[str, Any] = field(default_factory=dict)
+    # Prompt-cache reads and writes (Anthropic writes only), in each protocol's own fields.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def calls(self) -> list[Part]:
@@ -328,6 +331,8 @@ def plan_reply(fmt: WireFormat, turn: Turn, request: dict[str, Any], raw_size: i
         reasoning_tokens=int(usage.pop("reasoning_tokens", thinking // 4)),
         request_id=fmt.request_id(),
         stop_reason=turn.stop_reason,
+        cache_read_tokens=int(usage.pop("cache_read_tokens", 0)),
+        cache_write_tokens=int(usage.pop("cache_write_tokens", 0)),
         usage_extra=usage,
     )
 
