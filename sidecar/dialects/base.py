@@ -395,11 +395,11 @@ def token_count(value: Any) -> int:
 
 
 def json_length(value: Any) -> int:
-    """About how many characters `value` takes as compact JSON, without writing it: strings count
-    by length (escapes and multi-byte characters are not counted apart), numbers by their text.
-    A walk over what was already parsed; each string costs O(1)."""
+    """About how many characters `value` takes as compact JSON, without writing it: a walk over
+    what was already parsed. Strings count their quotes, backslashes and newlines twice (as JSON
+    escapes them; other control characters, rare in text, once); numbers count their text."""
     if isinstance(value, str):
-        return len(value) + 2
+        return len(value) + 2 + value.count('"') + value.count("\\") + value.count("\n")
     if isinstance(value, dict):
         return 1 + sum(len(k) + 4 + json_length(v) for k, v in value.items()) if value else 2
     if isinstance(value, list):
