@@ -73,7 +73,8 @@ def _headline(status: dict[str, Any]) -> str:
 def render(status: dict[str, Any], out: TextIO) -> None:
     """Per tool: calls by verdict, p50/p95 latency, error rate, repairs; tokens; declarations
     (drift, lint); then health."""
-    tools = status.get("tools") if isinstance(status.get("tools"), dict) else {}
+    found = status.get("tools")
+    tools: dict[str, Any] = found if isinstance(found, dict) else {}
     out.write(_headline(status))
     if tools:
         header = ["tool", "calls", *VERDICTS, "p50", "p95", "errors", "repairs"]

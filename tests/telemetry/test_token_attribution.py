@@ -4,6 +4,7 @@ estimate where it does not, the same numbers docs/cost.md states (checked here, 
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,7 +276,7 @@ def steps() -> list[Step]:
 def test_the_recorded_conversations_are_consecutive_turns() -> None:
     """Each request repeats the previous one's messages and adds the model's turn and results."""
     for turns in CONVERSATIONS.values():
-        for (before, _), (after, _) in zip(turns, turns[1:], strict=False):
+        for (before, _), (after, _) in itertools.pairwise(turns):
             key = "messages" if "messages" in json.loads(wire_bytes(before)) else "input"
             old, new = json.loads(wire_bytes(before))[key], json.loads(wire_bytes(after))[key]
             assert new[: len(old)] == old and len(new) > len(old), (before, after)
