@@ -41,10 +41,11 @@ from sidecar.schemas.drift import DriftWatch
 from sidecar.schemas.inventory import ToolInventory
 from sidecar.schemas.inventory_lint import InventoryLint
 from sidecar.startup import PortBindError, PortPurpose, startup_fields
-from sidecar.state import build_store
+from sidecar.state import StateUnavailable, build_store
 from sidecar.state.continuations import Continuations
 from sidecar.state.guarded import GuardedStore
 from sidecar.telemetry.logs import log_event
+from sidecar.telemetry.loop_lag import LoopLagMonitor
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.rejection_log import RejectionLog
 
@@ -106,6 +107,7 @@ class Sidecar:
             "state": self._state_health,
             "filters": self._filters_health,
         }
+        self._loop_lag = LoopLagMonitor(self.metrics.loop_lag.observe)
         self._closing = contextlib.AsyncExitStack()
         self._closes("state", self.state.close)
         self._closes("rejection log", lambda: asyncio.to_thread(self.rejections.close))
@@ -154,7 +156,9 @@ class Sidecar:
 
     def _filter_failed(self, name: str, hook: str, exc: BaseException, critical: bool) -> None:
         self.metrics.filter_error(name, hook, critical)
-        if critical:
+        # A store that failed is the state component's to report (it recovers with the next
+        # successful write); other failures of a critical filter keep /readyz unready a while.
+        if critical and not isinstance(exc, StateUnavailable):
             self._filter_failures[name] = (time.time(), f"{hook}: {type(exc).__name__}: {exc}")
 
     def _filters_health(self) -> dict[str, Any]:
@@ -229,6 +233,8 @@ class Sidecar:
         self._closing.push_async_callback(guarded)
 
     async def start(self) -> None:
+        self._loop_lag.start()
+        self._closes("loop lag monitor", self._loop_lag.close)
         await self.upstreams.start()
         self._closes("upstream client", self.upstreams.close)
         if isinstance(self.policy, EmbeddedEngine):

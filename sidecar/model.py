@@ -53,27 +53,37 @@ class ToolDeclaration:
     schema: dict[str, Any]
     description: str = ""
     schema_hash: str = ""
+    # Size of the schema's JSON: what compiling it costs (bounded caches, size limits).
+    schema_bytes: int = 0
 
     @classmethod
     def create(cls, name: str, schema: dict[str, Any] | None, description: str = "") -> ToolDeclaration:
         schema = schema if isinstance(schema, dict) else {"type": "object"}
-        return cls(name, schema, description or "", schema_hash(schema))
+        digest, size = schema_hash_and_size(schema)
+        return cls(name, schema, description or "", digest, size)
 
 
+# Plain-serialisation digest -> canonical hash. Keys are 32-byte digests, so the memory is
+# bounded by the count whatever the schemas' sizes.
 _SCHEMA_HASHES: dict[bytes, str] = {}
 _SCHEMA_HASHES_MAX = 4096
 
 
-def schema_hash(schema: dict[str, Any]) -> str:
-    """Every request re-declares its tools: hash each distinct schema once (keyed by its
-    plain serialisation, which is cheap), not once per request."""
+def schema_hash_and_size(schema: dict[str, Any]) -> tuple[str, int]:
+    """Every request re-declares its tools: hash each distinct schema once (found by a digest
+    of its plain serialisation, which is cheap), not once per request."""
     raw = orjson.dumps(schema)
-    cached = _SCHEMA_HASHES.get(raw)
+    key = hashlib.blake2b(raw, digest_size=32).digest()
+    cached = _SCHEMA_HASHES.get(key)
     if cached is None:
         if len(_SCHEMA_HASHES) >= _SCHEMA_HASHES_MAX:
             _SCHEMA_HASHES.clear()
-        cached = _SCHEMA_HASHES[raw] = sha256_hex(canonical_json(schema))
-    return cached
+        cached = _SCHEMA_HASHES[key] = sha256_hex(canonical_json(schema))
+    return cached, len(raw)
+
+
+def schema_hash(schema: dict[str, Any]) -> str:
+    return schema_hash_and_size(schema)[0]
 
 
 def declaration_hash(declaration: ToolDeclaration) -> str:

@@ -22,6 +22,9 @@ from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.approvals")
 
+# Notifications being delivered at once; beyond, new ones are dropped and counted as failures.
+MAX_IN_FLIGHT = 256
+
 
 class WebhookNotifier:
     def __init__(self, settings: ApprovalSettings, metrics: Metrics) -> None:
@@ -46,6 +49,10 @@ class WebhookNotifier:
     def notify(self, payload: dict[str, Any]) -> asyncio.Task[bool] | None:
         """Schedule one delivery; returns at once (the task is kept so it is not collected)."""
         if not self.url:
+            return None
+        if len(self._tasks) >= MAX_IN_FLIGHT:  # a receiver that stalls cannot grow memory
+            self.failures.inc()
+            log.warning("approval notification dropped: %d already in flight", len(self._tasks))
             return None
         task = asyncio.get_running_loop().create_task(self._deliver(self.url, orjson.dumps(payload)))
         self._tasks.add(task)

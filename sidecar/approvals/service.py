@@ -144,7 +144,9 @@ class ApprovalService:
             await self.store.create_approval(a)
         self._audit("requested", a)
         self.notifier.notify(self.webhook_payload(a))
-        await self.refresh_pending()
+        # O(1) per approval (a recount lists every pending one): the sweep recounts from the
+        # store every `sweep_interval_s`, which also brings in other replicas' approvals.
+        self.metrics.approvals_pending_add(1)
         return a, True
 
     async def consume(self, a: Approval, call_id: str) -> bool:

@@ -83,6 +83,9 @@ class RejectionLogSettings(_Section):
     redact_keys: list[str] = Field(
         default_factory=lambda: ["password", "secret", "token", "api_key", "authorization", "credential"]
     )
+    # String values (arguments, raw argument text) longer than this are cut, their size kept:
+    # one hostile call cannot write megabytes per line.
+    max_value_bytes: int = Field(4096, ge=64)
 
 
 class DecisionLogSettings(_Section):
@@ -144,13 +147,14 @@ class LimitsSettings(_Section):
     # A streamed reply is held from its first tool call until the set is checked: above this,
     # the reply is refused (in-stream error), never buffered further.
     max_held_stream_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
+    # A whole (non-streamed) reply, or a repair round's, is read into memory: above this it is
+    # refused with a provider-shaped 502.
+    max_reply_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024)
     # Compiled tool schemas kept (by their size in bytes, LRU).
     schema_cache_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)
     # A declared schema larger than this is not compiled on the event loop: calls to that tool
     # are refused as unusable declarations (a real tool schema is a few KiB).
     max_schema_bytes: int = Field(512 * 1024, ge=1024)
-    # Argument values longer than this are cut in the rejection log (the size is kept).
-    rejection_log_max_value_bytes: int = Field(4096, ge=64)
 
 
 class InventorySettings(_Section):

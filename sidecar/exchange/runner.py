@@ -74,8 +74,6 @@ class UpstreamAnswer(Protocol):
     reason: str | None
     headers: Mapping[str, str]
 
-    async def read(self) -> bytes: ...
-
     async def chunk(self) -> bytes:
         """The next bytes of the body as they arrive; b"" at the end."""
         ...
@@ -210,7 +208,7 @@ class ExchangeRunner:
                     held = await self._relay(ex, answer, agent)
                 else:
                     end.stream = False
-                    raw = await self._timed(ex, answer.read())
+                    raw = await self._timed(ex, self._read_bounded(answer))
                     await self.chain.upstream(ex, answer.status, ex.upstream_seconds)
                     parsed = self._model_reply(ex, answer.status, content_type, raw)
                     if parsed is None:  # an error or a body that carries no reply: as it came
@@ -260,6 +258,18 @@ class ExchangeRunner:
         except TooDeep:
             raise Refused(502, RefusalReason.DEPTH, f"upstream reply nests deeper than {MAX_DEPTH} levels") from None
 
+    async def _read_bounded(self, answer: UpstreamAnswer) -> bytes:
+        """The whole body, refused above `limits.max_reply_bytes` (memory is never the upstream's)."""
+        limit = self.settings.limits.max_reply_bytes
+        parts: list[bytes] = []
+        size = 0
+        while chunk := await answer.chunk():
+            size += len(chunk)
+            if size > limit:
+                raise Refused(502, RefusalReason.SIZE, f"the upstream reply exceeds the sidecar limit of {limit} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+
     async def _timed(self, ex: Exchange, step: Awaitable[T]) -> T:
         started = time.perf_counter()
         try:
@@ -303,7 +313,10 @@ class ExchangeRunner:
         sent = time.perf_counter()
         try:
             async with self.upstream.open(ex, orjson.dumps(body)) as answer:
-                raw = await answer.read()
+                try:
+                    raw = await self._read_bounded(answer)
+                except Refused as refused:
+                    raise RepairFailed(refused.message) from None
                 status = answer.status
         except UpstreamError as exc:
             self._upstream_failed(ex, exc)

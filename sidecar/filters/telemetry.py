@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from sidecar.exchange.filters import Filter
+from sidecar.exchange.filters import Filter, pause
 from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, RepairOutcome, ToolResultRecord
 from sidecar.filters.results import DUPLICATE_RESULT
 from sidecar.model import Reply, Verdict
@@ -46,7 +46,8 @@ class TelemetryFilter(Filter):
 
     async def on_checked(self, ex: Exchange, checks: list[CallCheck]) -> None:
         provider = ex.provider.value
-        for check in checks:
+        for position, check in enumerate(checks):
+            await pause(position)
             call, verdict = check.call, check.verdict
             self.metrics.tool_call(call.name, provider, verdict.kind.value)
             if verdict.allowed:

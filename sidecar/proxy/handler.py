@@ -51,12 +51,6 @@ class _Answer:
     def _failed(self, exc: BaseException) -> UpstreamError:
         return upstream_error(exc, str(self._response.url.origin()))
 
-    async def read(self) -> bytes:
-        try:
-            return await self._response.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise self._failed(exc) from exc
-
     async def chunk(self) -> bytes:
         try:
             return await self._response.content.readany()

@@ -71,6 +71,7 @@ OVERHEAD_BUCKETS = (
     0.05,
     0.1,
 )
+LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 UPSTREAM_BUCKETS = (
     0.05,
     0.1,
@@ -354,6 +355,12 @@ class Metrics:
             ["provider", "path_class"],
             registry=r,
         )
+        self.loop_lag = Histogram(
+            "sidecar_event_loop_lag_seconds",
+            "How late the event loop ran a timer asked for every 20 ms (time nothing else could run).",
+            buckets=LOOP_LAG_BUCKETS,
+            registry=r,
+        )
         self.filter_errors = Counter(
             "sidecar_filter_errors",
             "Filters that raised, by filter and hook; critical ones made the exchange fail closed.",
@@ -493,6 +500,10 @@ class Metrics:
     def approvals_pending(self, n: int) -> None:
         self._approvals_pending = n
         self.approvals_pending_gauge.set(n)
+
+    def approvals_pending_add(self, delta: int) -> None:
+        """One approval more (or fewer) pending, without a recount."""
+        self.approvals_pending(max(0, self._approvals_pending + delta))
 
     def approval(self, outcome: str) -> None:
         """An approval was resolved. outcome: approved, denied, expired."""

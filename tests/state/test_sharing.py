@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -23,51 +19,11 @@ from tests.e2e.agents import AGENTS
 from tests.helpers.ledger import TOOLS, TRAITS
 from tests.helpers.metrics import scrape
 from tests.helpers.ports import free_port
+from tests.helpers.process import sidecar_process
 
 SEND = ToolCallSpec("support_replies_send", {"ticket_id": "T-9", "body": "Your refund is on its way"})
 SEARCH = ToolCallSpec("support_tickets_search", {"query": "refund"})
 REPO = Path(__file__).resolve().parents[2]
-
-
-@asynccontextmanager
-async def sidecar_process(model_url: str, env: dict[str, str], tmp: Path) -> AsyncIterator[tuple[str, str]]:
-    """`python -m sidecar.cli run` as its own OS process; yields (proxy URL, admin URL)."""
-    listen, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "sidecar.cli",
-        "run",
-        "--listen",
-        listen,
-        "--admin-listen",
-        admin,
-        "--anthropic-upstream",
-        model_url,
-        "--openai-upstream",
-        model_url,
-        cwd=REPO,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=(tmp / f"sidecar-{listen[-5:]}.log").open("wb"),
-        env={**os.environ, "SIDECAR_REJECTION_LOG__PATH": str(tmp / f"rejections-{listen[-5:]}.jsonl"), **env},
-    )
-    try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(300):  # up to ~15 s for the interpreter to start
-                assert proc.returncode is None, (tmp / f"sidecar-{listen[-5:]}.log").read_text()
-                try:
-                    async with http.get(f"http://{admin}/healthz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("sidecar process did not become healthy")
-        yield f"http://{listen}", f"http://{admin}"
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-        await proc.wait()
 
 
 async def test_two_sidecar_processes_share_one_redis(model, redis_url, tmp_path):
