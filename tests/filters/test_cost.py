@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anthropic
 import pytest
 
 from sidecar.scripted import ToolCallSpec, Turn, UpstreamError
@@ -71,7 +72,7 @@ async def test_an_incomplete_reply_is_not_counted(start_sidecar, model):
     model.add_turns(
         [Turn(tool_calls=[GOOD], usage={"output_tokens": 40}, stream_error_after=4, error=UpstreamError(529))]
     )
-    with pytest.raises(Exception, match="(?i)overloaded"):
+    with pytest.raises(anthropic.APIStatusError, match=r"(?i)overloaded"):
         await agent.ask(stream=True)
     metrics = await scrape(running.admin_url)
     assert metrics.total("sidecar_tool_tokens_total") == 0
