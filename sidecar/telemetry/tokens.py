@@ -11,11 +11,12 @@ The sidecar shares those totals out, and the metric says so in its help text:
 - **input** (a call or result re-sent in later requests): each call and result of the request
   gets the request's input tokens times its share of the request's characters, on every
   request that carries it. Cache reads (`input_cached`) and Anthropic cache writes
-  (`input_cache_write`) are split out: a span sent for the first time (in or after the latest
-  model turn) cannot be a cache read, since caches hold prefixes of earlier prompts, so the
-  cache reads go to the history spans first (at the rate the reply reports for the part of the
-  prompt that is not new), and only what is left to the new ones; what is not read is split
-  between base-rate input and cache writes in the reply's proportion.
+  (`input_cache_write`) are split out: a cache holds prefixes of earlier prompts, so a span sent
+  for the first time (in or after the latest model turn, at the end of the prompt) is not
+  expected in it; the cache reads go to the history spans first (at the rate the reply reports
+  for the part of the prompt that is not new), and only reads beyond what the history holds to
+  the new ones (an agent repeating a request); what is not read is split between base-rate input
+  and cache writes in the reply's proportion.
 
 docs/cost.md states the method and the error measured on the recorded transcripts.
 """
