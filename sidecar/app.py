@@ -108,6 +108,8 @@ class Sidecar:
             "filters": self._filters_health,
         }
         self._loop_lag = LoopLagMonitor(self.metrics.loop_lag.observe)
+        # When a drain began (SIGTERM): /readyz answers 503 from then on.
+        self.draining: float | None = None
         self._closing = contextlib.AsyncExitStack()
         self._closes("state", self.state.close)
         self._closes("rejection log", lambda: asyncio.to_thread(self.rejections.close))
@@ -247,6 +249,11 @@ class Sidecar:
         await self._closing.aclose()
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready = can serve: not draining, and the policy engine can decide (a good policy is
+        loaded; for OPA, it answers). Everything else that is wrong (a failed reload while the
+        last good policy serves, a state backend that is down and so refuses side effects, a
+        failing log writer, a critical filter that raised) is `degraded`: reported here, on
+        /v1/status, in metrics and logs, never by leaving service (docs/operations.md)."""
         report: dict[str, Any] = {}
         for name, check in self.health_checks.items():
             try:
@@ -254,7 +261,12 @@ class Sidecar:
                 report[name] = await result if inspect.isawaitable(result) else result
             except Exception as exc:
                 report[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        return all(bool(part.get("ok", True)) for part in report.values()), report
+        degraded = sorted(name for name, part in report.items() if not part.get("ok", True))
+        serving = bool(report.get("policy", {}).get("serving", False))
+        if self.draining:
+            report["draining"] = {"ok": False, "since": self.draining}
+        ready = serving and not self.draining
+        return ready, {"degraded": degraded, "components": report}
 
     def proxy_app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body_bytes + 1)
@@ -283,6 +295,21 @@ class Running:
             await runner.cleanup()
         await self.sidecar.close()
 
+    async def drain(self) -> None:
+        """SIGTERM: unready at once, held approvals answered as deferred, new connections still
+        taken for `drain_delay_s`, then refused; in-flight exchanges get the rest of
+        `shutdown_grace_s`; the admin port (probes, scrapes) closes last."""
+        settings = self.sidecar.settings
+        started = time.monotonic()
+        self.sidecar.draining = time.time()
+        self.sidecar.approvals.release_holds()
+        log_event("drain", delay_s=settings.drain_delay_s, grace_s=settings.shutdown_grace_s)
+        await asyncio.sleep(settings.drain_delay_s)
+        for runner in self.runners:  # the proxy first: stop listening, wait for in-flight handlers
+            await runner.cleanup()
+        await self.sidecar.close()
+        log_event("stopped", drained_s=round(time.monotonic() - started, 3))
+
 
 async def start(settings: Settings) -> Running:
     sidecar = Sidecar(settings)
@@ -295,7 +322,9 @@ async def start(settings: Settings) -> Running:
             (PortPurpose.ADMIN, sidecar.admin_app(), settings.admin_listen),
         )
         for purpose, app, address in ports:
-            runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+            # In-flight handlers get what is left of the drain grace once the delay is over.
+            remaining = max(1.0, settings.shutdown_grace_s - settings.drain_delay_s)
+            runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=remaining)
             await runner.setup()
             runners.append(runner)
             host, port = _split(address)
@@ -329,5 +358,7 @@ async def serve(settings: Settings, ready: Callable[[Running], None] | None = No
             loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
-    finally:
+    except BaseException:
         await running.stop()
+        raise
+    await running.drain()

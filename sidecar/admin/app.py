@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import orjson
 from aiohttp import web
 
 from sidecar.admin.approvals import add_approval_routes
 from sidecar.admin.auth import AdminAuth
+from sidecar.admin.responses import json_response
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
 from sidecar.schemas.inventory import ToolInventory
@@ -32,7 +32,7 @@ SIDECAR_KEY: web.AppKey[AdminBackend] = web.AppKey("sidecar")
 
 
 def _json(data: object, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+    return json_response(data, status)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -40,8 +40,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 200 while the sidecar can serve (docs/operations.md); what is degraded is listed."""
     ready, report = await request.app[SIDECAR_KEY].readiness()
-    return _json({"ready": ready, "components": report}, 200 if ready else 503)
+    return _json({"ready": ready, **report}, 200 if ready else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -63,7 +64,7 @@ async def status(request: web.Request) -> web.Response:
     summary = sidecar.metrics.status_summary(also=declarations)
     for name, declared in declarations.items():
         summary["tools"][name]["declarations"] = declared
-    return _json({"ready": ready, **summary, "components": report})
+    return _json({"ready": ready, **summary, **report})
 
 
 async def tools(request: web.Request) -> web.Response:

@@ -21,6 +21,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sidecar.admin.auth import AdminAuth
+from sidecar.admin.responses import json_response
 from sidecar.approvals.service import approval_json
 from sidecar.state import ApprovalConflict, ApprovalNotFound, ApprovalStatus, Decision, StateUnavailable
 
@@ -45,7 +46,7 @@ class DecisionBody(BaseModel):
 
 
 def _json(data: object, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+    return json_response(data, status)
 
 
 def _error(http_status: int, error: str, message: str, **extra: Any) -> web.Response:

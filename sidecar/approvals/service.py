@@ -48,6 +48,7 @@ class ApprovalService:
         # Set by `sidecar.app.start` to the bound admin address unless configured.
         self.admin_url = (settings.approvals.admin_url or "").rstrip("/") or None
         self._waiters: dict[str, tuple[asyncio.Event, int]] = {}
+        self._draining = False  # a drain began: holds end now, answered as deferred
         self._create_lock = asyncio.Lock()
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -170,7 +171,7 @@ class ApprovalService:
             while True:
                 a = await self.store.get_approval(approval_id)
                 remaining = deadline - loop.time()
-                if a is None or a.status != "pending" or remaining <= 0:
+                if a is None or a.status != "pending" or remaining <= 0 or self._draining:
                     return a
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), min(self.settings.approvals.poll_interval_s, remaining))
@@ -180,6 +181,13 @@ class ApprovalService:
                 del self._waiters[approval_id]
             else:
                 self._waiters[approval_id] = (event, users - 1)
+
+    def release_holds(self) -> None:
+        """A drain began: every held call is answered now (still pending: deferred), and calls
+        that would be held from now on are deferred at once."""
+        self._draining = True
+        for event, _ in self._waiters.values():
+            event.set()
 
     def _wake(self, approval_id: str) -> None:
         entry = self._waiters.get(approval_id)

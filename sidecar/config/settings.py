@@ -209,6 +209,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     upstream_timeout_s: float = Field(600.0, gt=0)
     upstream_connect_timeout_s: float = Field(10.0, gt=0)
+    # Graceful drain on SIGTERM (docs/operations.md): /readyz turns 503 at once, new connections
+    # are still accepted for `drain_delay_s` (while endpoints update), then refused; in-flight
+    # exchanges and streams get `shutdown_grace_s` in all (keep it under Kubernetes'
+    # terminationGracePeriodSeconds, 30 s by default); held approvals are answered as deferred.
+    shutdown_grace_s: float = Field(25.0, gt=0)
+    drain_delay_s: float = Field(2.0, ge=0)
     session_header: str = "X-Sidecar-Session"
     admin_token: str | None = None
     admin_token_file: str | None = None

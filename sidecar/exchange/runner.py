@@ -34,6 +34,7 @@ from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
 from sidecar.exchange.filters import FilterChain, FilterFailed
 from sidecar.exchange.state import End, Exchange, Outcome
 from sidecar.model import RefusalReason, Reply
+from sidecar.telemetry.redact import redact_text
 
 log = logging.getLogger("sidecar.exchange")
 
@@ -330,7 +331,8 @@ class ExchangeRunner:
         except TooDeep as exc:
             raise RepairFailed(str(exc)) from exc
         if status != 200 or parsed is None:
-            raise RepairFailed(f"upstream answered {status}: {raw[:300]!r}")
+            # The provider's error body may quote what it was sent (keys, tool results).
+            raise RepairFailed(redact_text(f"upstream answered {status}: {raw[:300]!r}"))
         return parsed
 
 

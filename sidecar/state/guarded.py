@@ -29,6 +29,7 @@ from sidecar.state.base import (
     StateStore,
     StateUnavailable,
 )
+from sidecar.telemetry.redact import redact_text
 
 log = logging.getLogger("sidecar.state")
 
@@ -58,7 +59,8 @@ class GuardedStore:
         self.backend.limits = value
 
     def _failed(self, operation: str, exc: BaseException, write: bool) -> StateUnavailable:
-        message = f"{self.name} {operation}: {type(exc).__name__}: {exc}"
+        # A backend error can quote its URL with the password (redis://:PASSWORD@host).
+        message = redact_text(f"{self.name} {operation}: {type(exc).__name__}: {exc}")
         self.last_error = message
         if write and self.write_failed_at is None:
             self.write_failed_at = time.time()
@@ -148,7 +150,7 @@ class GuardedStore:
         try:
             reachable = await self.backend.healthy()
         except Exception as exc:
-            self.last_error = f"{self.name} health check: {type(exc).__name__}: {exc}"
+            self.last_error = redact_text(f"{self.name} health check: {type(exc).__name__}: {exc}")
             return False
         return reachable and self.write_failed_at is None
 

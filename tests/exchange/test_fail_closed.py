@@ -45,7 +45,7 @@ async def _assert_withdrawn(sidecar: Any, model: Any, backend: str) -> None:
     m = await scrape(sidecar.admin_url)
     assert m.value("sidecar_state_errors_total", backend=backend) >= 3
     status, body = await _readyz(sidecar.admin_url)
-    assert status == 503
+    assert status == 200 and body["degraded"] == ["state"]  # serving, failing closed
     assert body["components"]["state"]["write_path_ok"] is False
     # A read-only call still passes (a missed replay of a read is harmless).
     model.add_turns([Turn(tool_calls=[SEARCH])])
@@ -66,8 +66,8 @@ async def test_memory_ledger_that_raises_on_write(start_sidecar, model, monkeypa
     agent = AGENTS["anthropic"](sidecar.proxy_url, TOOLS, SESSION)
     model.add_turns([Turn(tool_calls=[SEND])])
     assert (await agent.ask(False)).calls
-    status, _ = await _readyz(sidecar.admin_url)
-    assert status == 200
+    status, body = await _readyz(sidecar.admin_url)
+    assert status == 200 and body["degraded"] == []
 
 
 @pytest.mark.parametrize("fault", ["full", "read-only"])
@@ -139,7 +139,8 @@ async def test_a_critical_filter_that_raises_refuses_the_call(start_sidecar, mod
     m = await scrape(sidecar.admin_url)
     assert m.value("sidecar_filter_errors_total", filter="critical_raises", hook="on_call", critical="true") == 1
     status, body = await _readyz(sidecar.admin_url)
-    assert status == 503 and "critical_raises" in body["components"]["filters"]["failing"]
+    assert status == 200 and body["degraded"] == ["filters"]
+    assert "critical_raises" in body["components"]["filters"]["failing"]
 
 
 async def test_a_best_effort_filter_that_raises_changes_nothing(start_sidecar, model) -> None:

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -17,9 +18,24 @@ from tests.helpers.ports import free_port
 REPO = Path(__file__).resolve().parents[2]
 
 
+@dataclass
+class SidecarProcess:
+    proxy: str
+    admin: str
+    proc: asyncio.subprocess.Process
+    log: Path
+
+
 @asynccontextmanager
 async def sidecar_process(model_url: str, env: dict[str, str], tmp: Path, *args: str) -> AsyncIterator[tuple[str, str]]:
     """Yields (proxy URL, admin URL) once /healthz answers; stops the process afterwards."""
+    async with running_sidecar(model_url, env, tmp, *args) as running:
+        yield running.proxy, running.admin
+
+
+@asynccontextmanager
+async def running_sidecar(model_url: str, env: dict[str, str], tmp: Path, *args: str) -> AsyncIterator[SidecarProcess]:
+    """The process itself too (to signal it, read its log)."""
     listen, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     log = tmp / f"sidecar-{listen[-5:]}.log"
     proc = await asyncio.create_subprocess_exec(
@@ -53,7 +69,7 @@ async def sidecar_process(model_url: str, env: dict[str, str], tmp: Path, *args:
                     await asyncio.sleep(0.05)
             else:
                 raise AssertionError("sidecar process did not become healthy")
-        yield f"http://{listen}", f"http://{admin}"
+        yield SidecarProcess(f"http://{listen}", f"http://{admin}", proc, log)
     finally:
         if proc.returncode is None:
             proc.terminate()

@@ -64,6 +64,7 @@ async def test_status_table_and_json(
         "tool_labels",
         "repair_rounds",
         "approvals_pending",
+        "degraded",
         "components",
     }
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", status["started_at"])
