@@ -23,6 +23,7 @@ from sidecar.exchange.state import Exchange
 from sidecar.filters.approval import ApprovalFilter
 from sidecar.filters.arguments import ArgumentsFilter
 from sidecar.filters.conversation import ProviderStateFilter
+from sidecar.filters.cost import CostFilter
 from sidecar.filters.drift import DriftFilter
 from sidecar.filters.legs import LegsFilter
 from sidecar.filters.policy import PolicyFilter
@@ -42,6 +43,7 @@ from sidecar.proxy.mcp import McpHandler, UpstreamMcp
 from sidecar.proxy.upstream import Upstreams
 from sidecar.schemas.drift import DriftWatch
 from sidecar.schemas.inventory import ToolInventory
+from sidecar.schemas.inventory_lint import InventoryLint
 from sidecar.startup import PortBindError, PortPurpose, startup_fields
 from sidecar.state import StateUnavailable, build_store
 from sidecar.state.continuations import Continuations
@@ -68,6 +70,9 @@ class Sidecar:
         self.rejections = RejectionLog.from_settings(settings.rejection_log, self.metrics)
         # Latest declaration of each tool (GET /v1/tools); fed per request by the drift filter.
         self.tool_inventory = ToolInventory(settings.inventory)
+        # Its declarations linted off the request path (/v1/status, sidecar_tool_lint_findings).
+        self.tool_lint = InventoryLint(self.tool_inventory, settings)
+        self.metrics.lint_findings(self.tool_lint.counts)
         self.upstreams = Upstreams(
             {Provider.ANTHROPIC: settings.anthropic_upstream, Provider.OPENAI: settings.openai_upstream},
             read_timeout_s=settings.upstream_timeout_s,
@@ -148,6 +153,8 @@ class Sidecar:
             # Tool results matched to their calls (ex.results) before anyone hears them.
             ResultMatcher(state),
             ResultPolicy(s, self.policy, metrics, state),
+            # Tokens per tool (an estimate): after results, which names each result by its call.
+            CostFilter(metrics),
             # Hidden tools leave the request before it goes upstream.
             ToolListFilter(s, self.policy, metrics, state),
             # The call checks, in this order: the first refusal wins and later filters see the

@@ -382,6 +382,51 @@ class Reply:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """A reply's token usage, in one shape for every provider (read by `Dialect.usage`).
+
+    `input` is every input token of the request: cache reads and cache writes included
+    (Anthropic reports them apart from `input_tokens`; OpenAI's `prompt_tokens` / `input_tokens`
+    already include `cached_tokens`). `reasoning` is the part of `output` spent thinking, when
+    the provider reports it (0 otherwise).
+    """
+
+    input: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+    reasoning: int = 0
+
+    @property
+    def uncached(self) -> int:
+        """Input tokens neither read from nor written to the cache (billed at the base rate)."""
+        return max(0, self.input - self.cache_read - self.cache_write)
+
+
+class SpanKind(StrEnum):
+    CALL = "call"  # a tool call of an earlier model turn, echoed in the history
+    RESULT = "result"  # a tool result
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpan:
+    """A tool call or result as it sits in a request: what it occupies of the model's input.
+
+    `size` is its length in the request body, in characters of its JSON (an estimate: string
+    payloads are counted by length, not re-encoded). `latest`: in or after the latest model
+    turn, i.e. sent to the model for the first time (unless the agent repeats a request), so
+    it cannot have been read from a prompt cache. `name` is known for calls (and for results
+    of protocols that carry it); results are named by the call they answer.
+    """
+
+    kind: SpanKind
+    call_id: str
+    size: int
+    name: str | None = None
+    latest: bool = False
+
+
 class RefusalReason(StrEnum):
     """Why a request or reply was refused as a whole (`sidecar_requests_refused_total{reason}`)."""
 

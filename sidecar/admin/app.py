@@ -13,6 +13,7 @@ from sidecar.admin.slack import add_slack_routes
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
 from sidecar.schemas.inventory import ToolInventory
+from sidecar.schemas.inventory_lint import InventoryLint
 from sidecar.telemetry.metrics import Metrics
 
 
@@ -23,6 +24,7 @@ class AdminBackend(Protocol):
     metrics: Metrics
     approvals: ApprovalService
     tool_inventory: ToolInventory
+    tool_lint: InventoryLint
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]: ...
 
@@ -45,17 +47,25 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body, content_type = request.app[SIDECAR_KEY].metrics.render(request.headers.get("Accept"))
+    sidecar = request.app[SIDECAR_KEY]
+    await sidecar.tool_lint.refresh()  # sidecar_tool_lint_findings: new or changed declarations only
+    body, content_type = sidecar.metrics.render(request.headers.get("Accept"))
     response = web.Response(body=body)
     response.headers["Content-Type"] = content_type
     return response
 
 
 async def status(request: web.Request) -> web.Response:
-    """One flat document: readiness, then the metrics summary (`tools` maps tool name → stats)."""
+    """One flat document: readiness, then the metrics summary (`tools` maps tool name → stats,
+    tokens included), each tool with its current declarations (drift, lint) from the inventory."""
     sidecar = request.app[SIDECAR_KEY]
     ready, report = await sidecar.readiness()
-    return _json({"ready": ready, **sidecar.metrics.status_summary(), **report})
+    await sidecar.tool_lint.refresh()
+    declarations = sidecar.tool_lint.declarations()
+    summary = sidecar.metrics.status_summary(also=declarations)
+    for name, declared in declarations.items():
+        summary["tools"][name]["declarations"] = declared
+    return _json({"ready": ready, **summary, **report})
 
 
 async def tools(request: web.Request) -> web.Response:

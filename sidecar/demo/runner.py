@@ -88,8 +88,9 @@ class DemoResult:
 
     @property
     def counted(self) -> dict[str, dict[str, int]]:
+        # Tools the agent declared but the model never called are listed too (their lint, drift).
         tools = self.status.get("tools") or {}
-        return {name: dict(stats.get("calls_by_verdict") or {}) for name, stats in tools.items()}
+        return {name: dict(stats["calls_by_verdict"]) for name, stats in tools.items() if stats.get("calls_by_verdict")}
 
     @property
     def repair_rounds_counted(self) -> int:

@@ -21,7 +21,10 @@ from sidecar.dialects.base import (
     as_list,
     compact,
     event_json,
+    frame_length,
+    json_length,
     parse_arguments,
+    token_count,
 )
 from sidecar.dialects.sse import SSEEvent, format_event
 from sidecar.model import (
@@ -32,10 +35,13 @@ from sidecar.model import (
     Provider,
     Reply,
     RequestView,
+    SpanKind,
     ThreadMode,
     ThreadRef,
+    TokenUsage,
     ToolCall,
     ToolResult,
+    ToolSpan,
 )
 
 ERROR_TYPES = {
@@ -52,6 +58,10 @@ ERROR_TYPES = {
 }
 
 _PING = format_event(b'{"type": "ping"}', "ping")
+# What a tool_use / tool_result block takes besides its id, name and payload.
+_CALL_FRAME = frame_length({"type": "tool_use", "id": "", "name": "", "input": None})
+_RESULT_FRAME = frame_length({"type": "tool_result", "tool_use_id": "", "content": None})
+_REASONING = frozenset({"thinking", "redacted_thinking"})
 
 
 def _kind(block: dict[str, Any]) -> ItemKind:
@@ -257,6 +267,49 @@ class AnthropicDialect(Dialect):
         return format_event(orjson.dumps(delta), "message_delta") + format_event(
             b'{"type":"message_stop"}', "message_stop"
         )
+
+    def usage(self, envelope: dict[str, Any]) -> TokenUsage | None:
+        """`input_tokens` excludes cache reads and writes: the neutral `input` adds them back."""
+        usage = envelope.get("usage")
+        if not isinstance(usage, dict):
+            return None
+        read = token_count(usage.get("cache_read_input_tokens"))
+        write = token_count(usage.get("cache_creation_input_tokens"))
+        return TokenUsage(
+            input=token_count(usage.get("input_tokens")) + read + write,
+            cache_read=read,
+            cache_write=write,
+            output=token_count(usage.get("output_tokens")),
+            reasoning=token_count(as_dict(usage.get("output_tokens_details")).get("thinking_tokens")),
+        )
+
+    def output_size(self, item: Item) -> int:
+        kind = item.wire.get("type")
+        if kind == "thinking":
+            return len(str(item.wire.get("thinking") or ""))
+        if kind == "server_tool_use":  # written by the model, run by the provider
+            return len(str(item.wire.get("name") or "")) + json_length(item.wire.get("input"))
+        return super().output_size(item)
+
+    def is_reasoning(self, item: Item) -> bool:
+        return item.wire.get("type") in _REASONING
+
+    def tool_spans(self, body: dict[str, Any]) -> list[ToolSpan]:
+        messages = [m for m in as_list(body.get("messages")) if isinstance(m, dict)]
+        turn = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=0)
+        spans: list[ToolSpan] = []
+        for position, message in enumerate(messages):
+            for block in as_list(message.get("content")):
+                kind = block.get("type") if isinstance(block, dict) else None
+                if kind == "tool_use":
+                    call_id, name = str(block.get("id", "")), str(block.get("name", ""))
+                    size = _CALL_FRAME + len(call_id) + len(name) + json_length(block.get("input"))
+                    spans.append(ToolSpan(SpanKind.CALL, call_id, size, name, position >= turn))
+                elif kind == "tool_result":
+                    call_id = str(block.get("tool_use_id", ""))
+                    size = _RESULT_FRAME + len(call_id) + json_length(block.get("content", ""))
+                    spans.append(ToolSpan(SpanKind.RESULT, call_id, size, None, position >= turn))
+        return spans
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         return {

@@ -21,14 +21,37 @@ from sidecar.dialects.base import (
     as_list,
     compact,
     event_json,
+    frame_length,
+    json_length,
     parse_arguments,
+    token_count,
 )
 from sidecar.dialects.openai_chat import content_text, openai_error_body, result_size
 from sidecar.dialects.sse import SSEEvent, format_event
-from sidecar.model import EchoedCall, Item, ItemKind, Provider, Reply, RequestView, ToolCall, ToolResult
+from sidecar.model import (
+    EchoedCall,
+    Item,
+    ItemKind,
+    Provider,
+    Reply,
+    RequestView,
+    SpanKind,
+    TokenUsage,
+    ToolCall,
+    ToolResult,
+    ToolSpan,
+)
 
 _MODEL_ITEMS = {"function_call", "reasoning", "message", "custom_tool_call"}
 _TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+# What a call / output item takes in a request besides its ids, name and payload.
+_CALL_FRAME = frame_length({"type": "function_call", "call_id": "", "name": "", "arguments": None})
+_RESULT_FRAME = frame_length({"type": "function_call_output", "call_id": "", "output": None})
+
+
+def _model_item(item: dict[str, Any]) -> bool:
+    kind = item.get("type")
+    return (isinstance(kind, str) and kind in _MODEL_ITEMS) or item.get("role") == "assistant"
 
 
 def _call(wire: dict[str, Any], ordinal: int) -> ToolCall:
@@ -98,7 +121,7 @@ class OpenAIResponsesDialect(Dialect):
             if kind == "function_call_output":
                 output = item.get("output", "")
                 view.results.append(ToolResult(str(item.get("call_id")), output, False, None, result_size(output)))
-            elif (isinstance(kind, str) and kind in _MODEL_ITEMS) or item.get("role") == "assistant":
+            elif _model_item(item):
                 view.results = []
                 if kind == "function_call":
                     view.echoed_calls.append(
@@ -181,6 +204,42 @@ class OpenAIResponsesDialect(Dialect):
 
     def assembler(self) -> StreamAssembler:
         return _ResponsesStream()
+
+    def usage(self, envelope: dict[str, Any]) -> TokenUsage | None:
+        """`input_tokens` includes `input_tokens_details.cached_tokens`; no cache writes reported."""
+        usage = envelope.get("usage")
+        if not isinstance(usage, dict):
+            return None
+        return TokenUsage(
+            input=token_count(usage.get("input_tokens")),
+            cache_read=token_count(as_dict(usage.get("input_tokens_details")).get("cached_tokens")),
+            output=token_count(usage.get("output_tokens")),
+            reasoning=token_count(as_dict(usage.get("output_tokens_details")).get("reasoning_tokens")),
+        )
+
+    def is_reasoning(self, item: Item) -> bool:
+        return item.wire.get("type") == "reasoning"
+
+    def tool_spans(self, body: dict[str, Any]) -> list[ToolSpan]:
+        items = [i for i in as_list(body.get("input")) if isinstance(i, dict)]
+        # The latest model turn: the last run of model items (reasoning, calls, messages).
+        turn = max((i for i, item in enumerate(items) if _model_item(item)), default=0)
+        while turn > 0 and _model_item(items[turn - 1]):
+            turn -= 1
+        spans: list[ToolSpan] = []
+        for position, item in enumerate(items):
+            kind, call_id = item.get("type"), str(item.get("call_id", ""))
+            if kind == "function_call":
+                name = str(item.get("name", ""))
+                size = _CALL_FRAME + len(call_id) + len(name) + json_length(item.get("arguments"))
+                spans.append(ToolSpan(SpanKind.CALL, call_id, size, name, position >= turn))
+            elif kind == "function_call_output":
+                size = _RESULT_FRAME + len(call_id) + json_length(item.get("output", ""))
+                spans.append(ToolSpan(SpanKind.RESULT, call_id, size, None, position >= turn))
+        return spans
+
+    def history_at_provider(self, body: dict[str, Any]) -> bool:
+        return bool(body.get("previous_response_id") or body.get("conversation"))
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         return openai_error_body(status, message)

@@ -240,9 +240,9 @@ class AnthropicFormat(WireFormat):
     def _usage(self, reply: Reply, output_tokens: int) -> dict[str, Any]:
         return {
             "input_tokens": reply.input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-            "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+            "cache_creation_input_tokens": reply.cache_write_tokens,
+            "cache_read_input_tokens": reply.cache_read_tokens,
+            "cache_creation": {"ephemeral_5m_input_tokens": reply.cache_write_tokens, "ephemeral_1h_input_tokens": 0},
             "output_tokens": output_tokens,
             "service_tier": "standard",
             "inference_geo": "not_available",
@@ -318,8 +318,8 @@ class AnthropicFormat(WireFormat):
     def tail(self, reply: Reply) -> list[Event]:
         usage: dict[str, Any] = {
             "input_tokens": reply.input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": reply.cache_write_tokens,
+            "cache_read_input_tokens": reply.cache_read_tokens,
             "output_tokens": reply.output_tokens,
         }
         if reply.reasoning_tokens:

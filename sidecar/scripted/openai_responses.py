@@ -240,7 +240,7 @@ class ResponsesFormat(OpenAIFormat):
     def _usage(self, reply: Reply) -> dict[str, Any]:
         return {
             "input_tokens": reply.input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": reply.cache_read_tokens},
             "output_tokens": reply.output_tokens,
             "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
             "total_tokens": reply.input_tokens + reply.output_tokens,

@@ -198,7 +198,10 @@ class ScriptedModel:
             return self._json(fmt, fmt.http_error(turn.error, fmt.request_id()), turn.gzip)
         if turn.stream_error_after is not None and not streaming:
             return self._json(fmt, fmt.http_error(UpstreamError(), fmt.request_id()), turn.gzip)
-        reply = plan_reply(fmt, turn, body, len(recorded.body))
+        try:
+            reply = plan_reply(fmt, turn, body, len(recorded.body))
+        except ValueError as exc:  # a turn no real API could answer with: say so in a 400
+            return self._json(fmt, fmt.invalid_request(f"scripted model: {exc}"))
         if not streaming:
             fmt.remember(reply)
             return self._json(fmt, HttpReply(200, fmt.body(reply)), turn.gzip, reply.request_id)
