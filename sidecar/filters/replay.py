@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -157,12 +156,6 @@ _TURN: ExchangeKey[_Turn] = ExchangeKey("replay")
 _ANSWERED = (Action.REPAIR, Action.BLOCKED, Action.REFUSED)
 
 
-def _hints(ex: Exchange, tool: str) -> Mapping[str, Any] | None:
-    """The tool's MCP annotations, when its declaration has them (defaults for its traits)."""
-    declaration = ex.view.declarations.get(tool)
-    return declaration.annotations if declaration is not None else None
-
-
 class ReplayFilter(Filter):
     """The replay guard and the ledger it reads and writes. Critical: it guards "runs once"."""
 
@@ -175,12 +168,6 @@ class ReplayFilter(Filter):
         self.traits = traits
         self.metrics = metrics
         self._fail_open_logged = 0.0
-
-    def _side_effects(self, ex: Exchange, tool: str) -> bool:
-        return self.traits.side_effects(tool, _hints(ex, tool))
-
-    def _repeatable(self, ex: Exchange, tool: str) -> bool:
-        return self.traits.repeatable(tool, _hints(ex, tool))
 
     async def look_up(self, check: CallCheck) -> None:
         call, session = check.call, check.exchange.session
@@ -205,7 +192,7 @@ class ReplayFilter(Filter):
         ex = check.exchange
         if found.unavailable is not None:
             return self._unavailable(ex, call, found.unavailable)
-        side_effects = self._side_effects(ex, call.name)
+        side_effects = self.traits.side_effects(call.name)
         same = found.same_id
         if same is not None and same.replay_key != found.key:
             self.metrics.tool_result_anomaly(CALL_ID_REUSED)
@@ -213,7 +200,7 @@ class ReplayFilter(Filter):
         elif same is not None and side_effects and check.earlier is None:  # a transport retry of a delivered call
             # (An MCP execution of a delivered call carries that call's id: its own record, not a retry.)
             return replay_verdict(call, same, "already delivered under this call id", may_share(ex, same))
-        guarded = side_effects and not self._repeatable(ex, call.name)
+        guarded = side_effects and not self.traits.repeatable(call.name)
         first = found.first
         if guarded and first is not None and first.call_id != call.id:
             return replay_verdict(call, first, shared=may_share(check.exchange, first))
@@ -223,7 +210,7 @@ class ReplayFilter(Filter):
         return None
 
     def _unavailable(self, ex: Exchange, call: ToolCall, error: str) -> Verdict | None:
-        side_effects = self._side_effects(ex, call.name)
+        side_effects = self.traits.side_effects(call.name)
         if may_proceed_without_state(self.settings.state.on_unavailable, side_effects):
             if side_effects:
                 self._note_fail_open(f"could not check {call.name} for replays: {error}")
@@ -267,7 +254,7 @@ class ReplayFilter(Filter):
             try:
                 await self.store.record_call(record)
             except StateUnavailable as exc:
-                side_effects = self._side_effects(ex, call.name)
+                side_effects = self.traits.side_effects(call.name)
                 if not may_proceed_without_state(self.settings.state.on_unavailable, side_effects):
                     raise  # fail closed: the chain withdraws the turn
                 if side_effects:
