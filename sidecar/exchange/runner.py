@@ -132,6 +132,24 @@ def _is_sse(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
 
 
+def _check_stream_answer(ex: Exchange, status: int) -> None:
+    """An event stream is read only as the 200 answer to a streamed request: SDKs that asked
+    for a whole reply parse such a body anyway, and other 2xx statuses are not the API's."""
+    if 200 <= status < 300 and status != 200:
+        raise Refused(502, RefusalReason.STATUS, f"the upstream answered {status} with an event stream")
+    if status == 200 and not ex.view.stream:
+        message = "the upstream answered a request without stream: true with an event stream"
+        raise Refused(502, RefusalReason.CONTENT_TYPE, message)
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def json_object(body: bytes) -> dict[str, Any] | None:
     """The body as a JSON object; None for anything else. Raises TooDeep (see `loads`)."""
     try:
@@ -203,6 +221,8 @@ class ExchangeRunner:
             async with self.upstream.open(ex, ex.outgoing(original)) as answer:
                 ex.upstream_seconds += time.perf_counter() - sent
                 content_type = answer.headers.get("Content-Type", "")
+                if _is_sse(content_type):
+                    _check_stream_answer(ex, answer.status)
                 if answer.status == 200 and _is_sse(content_type):
                     end.stream = True
                     await agent.open_stream(answer)
@@ -253,12 +273,27 @@ class ExchangeRunner:
     # -- reading replies -------------------------------------------------------------------
 
     def _model_reply(self, ex: Exchange, status: int, content_type: str, raw: bytes) -> dict[str, Any] | None:
-        if status != 200 or not _is_json(content_type):
+        """The reply body to check; None for an error answer (passed as it came). A success the
+        sidecar cannot read the way an SDK would (another 2xx, another content type, bytes
+        that are not UTF-8 JSON) is refused: SDKs parse such bodies anyway."""
+        if not 200 <= status < 300:
             return None
+        if status != 200:
+            raise Refused(
+                502, RefusalReason.STATUS, f"the upstream answered {status}, a success the sidecar cannot vouch for"
+            )
+        if not _is_json(content_type):
+            message = f"the upstream answered a model request with Content-Type {content_type!r}"
+            raise Refused(502, RefusalReason.CONTENT_TYPE, message)
+        if not _utf8(raw):
+            raise Refused(502, RefusalReason.ENCODING, "the upstream reply is not valid UTF-8")
         try:
-            return json_object(raw)
+            parsed = json_object(raw)
         except TooDeep:
             raise Refused(502, RefusalReason.DEPTH, f"upstream reply nests deeper than {MAX_DEPTH} levels") from None
+        if parsed is None:
+            raise Refused(502, RefusalReason.FRAMING, "the upstream reply is not a JSON object")
+        return parsed
 
     async def _timed(self, ex: Exchange, step: Awaitable[T]) -> T:
         started = time.perf_counter()
@@ -280,12 +315,19 @@ class ExchangeRunner:
                 # What arrived in one read goes out in one write: no event waits for another.
                 ready = []
                 for event in events:
+                    if not _utf8(event.raw):
+                        assembler.refuse("bytes that are not valid UTF-8")
                     if assembler.feed(event):
                         ready.append(event.raw)
+                    elif assembler.violation is not None:
+                        break
                     else:
                         held_bytes += len(event.raw)
                 if ready:
                     await agent.write(b"".join(ready))
+                if assembler.violation is not None:
+                    message = f"the upstream stream cannot be checked the way clients read it: {assembler.violation}"
+                    raise Refused(502, RefusalReason.FRAMING, message)
                 if held_bytes > limit:
                     raise Refused(502, RefusalReason.LIMIT, f"the held part of the stream exceeds {limit} bytes")
                 if not chunk:

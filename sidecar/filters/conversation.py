@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.dialects.base import compact
 from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import Action, CallCheck, Exchange, ExchangeKey
 from sidecar.identity import is_derived
@@ -71,10 +70,14 @@ class ProviderStateFilter(Filter):
         replies = ex.get(_REPLIES)
         if replies is None or replies.last is None:
             return
-        outputs = {
-            c.call.id: compact(c.verdict.model_payload() if not c.verdict.allowed else NOT_RUN_PAYLOAD) for c in checks
-        }
-        await self.continuations.withhold(replies.last, outputs)
+        outputs: dict[str, str] = {}
+        for c in checks:
+            payload = c.verdict.model_payload() if not c.verdict.allowed else NOT_RUN_PAYLOAD
+            answer = ex.dialect.withheld_output(c.call, payload)  # in kind; none for server calls
+            if answer is not None:
+                outputs[c.call.id] = answer
+        if outputs:
+            await self.continuations.withhold(replies.last, outputs)
 
     async def on_delivered(self, ex: Exchange, reply: Reply, calls: list[ToolCall]) -> None:
         if not ex.dialect.server_side_state:

@@ -137,6 +137,8 @@ class ReplayFilter(Filter):
 
     async def look_up(self, check: CallCheck) -> None:
         call, session = check.call, check.exchange.session
+        if not call.kind.runs_on_client:
+            return  # a server call ran at the provider: nothing to run twice
         found = _Found(call_replay_key(session, call))
         check.exchange.setdefault(_TURN, _Turn).found[id(check)] = found
         try:
@@ -151,6 +153,8 @@ class ReplayFilter(Filter):
 
     async def on_call(self, check: CallCheck) -> Verdict | None:
         call = check.call
+        if not call.kind.runs_on_client:
+            return None
         turn = check.exchange.setdefault(_TURN, _Turn)
         found = turn.found.get(id(check))
         if found is None:  # look_up did not run (cannot happen in a chain): judge as unavailable

@@ -11,7 +11,7 @@ import copy
 import hashlib
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,7 @@ from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Dialect
 from sidecar.dialects.anthropic import AnthropicDialect
 from sidecar.dialects.base import StreamAssembler
 from sidecar.dialects.sse import SSEEvent, SSEParser, format_event
-from sidecar.model import Item, ItemKind, Reply, canonical_json
+from sidecar.model import Item, ItemKind, Reply, ToolKind, canonical_json
 from tests.helpers.serve import serve
 from tests.helpers.wire import wire_bytes, wire_json, wire_names
 
@@ -40,6 +40,7 @@ class Call:
     id: str
     name: str
     arguments: dict[str, Any]
+    server: bool = False  # run by the provider (observed and decided, never the agent's)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,12 @@ CALL_WEATHER = Call("toolu_01NRLabsLyVHZPKxbKvkfSMn", "get_weather", {"location"
 CALL_PELICAN_1 = Call("toolu_01LtHJmixrs9NcWQkK8hu8hj", "pelican_name_generator", {})
 CALL_PELICAN_2 = Call("toolu_01N8a4jWyf116qKTMqKKmjyt", "pelican_name_generator", {})
 CALL_FIXED_VERSION = Call("toolu_01825dXWLSoJwCst1qTsiWdb", "fixed_version", {})
+SERVER_SEARCH = Call(
+    "srvtoolu_01S5swZdBmTzLDVzwcT5LbHp",
+    "tool_search_tool_bm25",
+    {"query": "USD EUR exchange rate currency conversion"},
+    server=True,
+)
 CALL_EXCHANGE = Call(
     "toolu_01EFn5wTNBYA8Reni8rbmnHT", "get_exchange_rate", {"from_currency": "USD", "to_currency": "EUR"}
 )
@@ -110,10 +117,11 @@ STREAMS: dict[str, StreamCase] = {
     "anthropic-stream-server-tool-and-client-tool.sse": StreamCase(
         ANTHROPIC,
         ("text", "server_tool_use", "tool_search_tool_result", "text", "tool_use"),
-        (CALL_EXCHANGE,),
-        cut=4,
-        forwarded=23,
-        held=13,
+        # The server call is held too: a policy may withhold it (it already ran at the provider).
+        (SERVER_SEARCH, CALL_EXCHANGE),
+        cut=1,
+        forwarded=6,
+        held=30,
         texts={
             0: "Let me search for a tool that can provide current exchange rate information.",
             3: "I found the right tool! Let me fetch the current USD to EUR exchange rate for you.",
@@ -463,20 +471,25 @@ def assemble(dialect: Dialect, events: list[SSEEvent]) -> Assembled:
 
 
 def calls_of(reply: Reply) -> list[Call]:
-    return [Call(c.id, c.name, c.arguments or {}) for c in reply.calls]
+    return [Call(c.id, c.name, c.arguments or {}, not c.kind.runs_on_client) for c in reply.calls]
+
+
+def client(calls: Iterable[Call]) -> list[Call]:
+    """The calls an SDK hands the agent (server calls are blocks of their own kind)."""
+    return [c for c in calls if not c.server]
 
 
 def item_types(reply: Reply) -> tuple[str, ...]:
     return tuple(str(item.wire.get("type")) for item in reply.items)
 
 
-CALL_TYPES = {"tool_use", "function", "function_call"}
+CALL_TYPES = {"tool_use", "server_tool_use", "function", "function_call"}
 TEXT_TYPES = {"text", "message"}
 
 
 def check_kinds(reply: Reply) -> None:
-    """Client calls are CALL items, text is TEXT, everything else (thinking, server tools,
-    reasoning...) passes as OTHER with no call attached."""
+    """Calls (the client's and the provider's own) are CALL items, text is TEXT, everything
+    else (thinking, server tool results, reasoning...) passes as OTHER with no call attached."""
     for item in reply.items:
         kind = str(item.wire.get("type"))
         expected = ItemKind.CALL if kind in CALL_TYPES else ItemKind.TEXT if kind in TEXT_TYPES else ItemKind.OTHER
@@ -604,11 +617,11 @@ def test_parallel_empty_inputs_are_assembled_as_the_agent_echoes_them() -> None:
     assert [c.raw_arguments for c in reply.calls] == ["{}", "{}"]
 
 
-def test_server_tool_blocks_pass_as_other_items() -> None:
+def test_server_tool_blocks_are_server_calls_and_results_pass() -> None:
     reply = assemble(ANTHROPIC, parse(wire_bytes("anthropic-stream-server-tool-and-client-tool.sse"))).reply
     server, result = reply.items[1], reply.items[2]
-    assert server.kind is result.kind is ItemKind.OTHER
-    assert server.call is result.call is None
+    assert server.kind is ItemKind.CALL and result.kind is ItemKind.OTHER and result.call is None
+    assert server.call is not None and server.call.kind is ToolKind.SERVER and not server.call.repairable
     assert server.wire == {
         "type": "server_tool_use",
         "id": "srvtoolu_01S5swZdBmTzLDVzwcT5LbHp",
@@ -623,7 +636,8 @@ def test_server_tool_blocks_pass_as_other_items() -> None:
             "tool_references": [{"type": "tool_reference", "tool_name": "get_exchange_rate"}],
         },
     }
-    assert [c.name for c in reply.calls] == ["get_exchange_rate"]
+    assert [c.name for c in reply.calls] == ["tool_search_tool_bm25", "get_exchange_rate"]
+    assert [c.name for c in reply.client_calls] == ["get_exchange_rate"]
 
 
 def test_responses_stream_items_match_the_completed_output() -> None:
@@ -966,7 +980,8 @@ def check_summary(dialect: Dialect, events: list[SSEEvent], calls: list[Call], i
     datas = [json.loads(e.data) for e in events if e.data and not e.data.startswith("[DONE]")]
     if dialect is ANTHROPIC:
         deltas = [d for d in datas if d["type"] == "message_delta"]
-        assert len(deltas) == 1 and deltas[0]["delta"]["stop_reason"] == ("tool_use" if calls else "end_turn")
+        client = [c for c in calls if not c.server]
+        assert len(deltas) == 1 and deltas[0]["delta"]["stop_reason"] == ("tool_use" if client else "end_turn")
         assert datas[-1]["type"] == "message_stop"
     elif dialect is OPENAI_CHAT:
         finishes = [c["finish_reason"] for d in datas for c in d["choices"] if c["finish_reason"]]
@@ -1063,7 +1078,7 @@ async def test_sdk_reads_items_rendered_from_their_wire_form(name: str) -> None:
     dialect = STREAMS[name].dialect
     data, reply = from_start(name)
     view = await read_with_sdk(dialect, data)
-    assert view.calls == list(STREAMS[name].calls)
+    assert view.calls == client(STREAMS[name].calls)
     assert tuple(view.types) == STREAMS[name].items
     assert view.text == "".join(STREAMS[name].texts.values())
     for other in view.others:
@@ -1154,7 +1169,7 @@ async def read_with_sdk(dialect: Dialect, payload: bytes) -> SDKView:
 async def test_sdk_reads_the_recorded_stream(name: str) -> None:
     case = STREAMS[name]
     view = await read_with_sdk(case.dialect, stream_bytes(name))
-    assert view.calls == list(case.calls)
+    assert view.calls == client(case.calls)
     assert view.stop == case.stop
     assert view.text == "".join(case.texts.values())
     if case.dialect is not OPENAI_CHAT:
@@ -1179,12 +1194,12 @@ async def test_sdk_reads_the_rendered_tail(name: str, edit: str) -> None:
     dialect = STREAMS[name].dialect
     data, reply, calls, added = downstream(name, edit)
     view = await read_with_sdk(dialect, data)
-    assert view.calls == calls
+    assert view.calls == client(calls)
     assert view.text == all_text(dialect, reply)
     if added:
         assert view.text.endswith(added)
     if dialect is ANTHROPIC:
-        assert view.stop == ("tool_use" if calls else "end_turn")
+        assert view.stop == ("tool_use" if client(calls) else "end_turn")
         assert tuple(view.types) == item_types(reply)
         for other in view.others:  # thinking and server-tool blocks arrive intact
             assert other in [i.wire for i in reply.items]
