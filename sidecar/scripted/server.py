@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip as gzip_codec
 import inspect
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -28,6 +29,8 @@ Responder = Callable[[RecordedRequest], Turn | Awaitable[Turn]]
 EXHAUSTED_TEXT = "(script exhausted)"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 MODELS_PATH = "/v1/models"
+# GET /v1/responses/{id} and GET /v1/responses/{id}/input_items
+_RESPONSE_PATH = re.compile(r"/v1/responses/(resp_[A-Za-z0-9]+)(/input_items)?$")
 # Generous: tests send big histories, and the real APIs accept tens of megabytes.
 MAX_BODY = 64 * 1024 * 1024
 
@@ -63,7 +66,8 @@ class ScriptedModel:
         ids = self._ids = Ids(seed)
         self._anthropic = AnthropicFormat(ids, pad_json=pad_json)
         self._openai = ChatFormat(ids)  # also shapes OpenAI 404s and model lists
-        self._formats: list[WireFormat] = [self._anthropic, self._openai, ResponsesFormat(ids)]
+        self._responses = ResponsesFormat(ids)
+        self._formats: list[WireFormat] = [self._anthropic, self._openai, self._responses]
         self._runner: web.AppRunner | None = None
         self.app = web.Application(client_max_size=MAX_BODY)
         self.app.router.add_route("*", "/{tail:.*}", self._handle)
@@ -173,6 +177,9 @@ class ScriptedModel:
             except asyncio.CancelledError:
                 self.disconnects += 1
                 raise
+        stored = _RESPONSE_PATH.search(request.path)
+        if stored is not None and request.method == "GET":
+            return await self._stored_response(request, stored.group(1), stored.group(2) is not None)
         if request.method == "GET" and request.path.endswith(MODELS_PATH):
             return self._json(self._anthropic if anthropic else self._openai, HttpReply(200, _model_list(anthropic)))
         return self._not_found(recorded, anthropic)
@@ -197,7 +204,10 @@ class ScriptedModel:
         reply = plan_reply(fmt, turn, body, len(recorded.body))
         if not streaming:
             fmt.remember(reply)
-            return self._json(fmt, HttpReply(200, fmt.body(reply)), turn.gzip, reply.request_id)
+            answer = fmt.body(reply)
+            if fmt is self._responses and body.get("background") is True:
+                answer = self._responses.queued(reply)
+            return self._json(fmt, HttpReply(200, answer), turn.gzip, reply.request_id)
         events = stream_events(fmt, reply)
         if turn.stream_error_after is not None:
             cut = min(max(0, turn.stream_error_after), len(events) - 1)
@@ -221,6 +231,23 @@ class ScriptedModel:
             return response  # the client went away mid-stream: nothing to finish
         if turn.stream_error_after is None:
             fmt.remember(reply)
+        return response
+
+    async def _stored_response(self, request: web.Request, response_id: str, items: bool) -> web.StreamResponse:
+        """GET /v1/responses/{id} (and `?stream=true&starting_after=N`), GET …/input_items."""
+        fmt = self._responses
+        if items:
+            return self._json(fmt, fmt.input_items(response_id))
+        if request.query.get("stream") != "true" or response_id not in fmt.replies:
+            return self._json(fmt, fmt.retrieve(response_id))
+        after = int(request.query.get("starting_after", "-1"))
+        events = stream_events(fmt, fmt.replies[response_id])
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await response.prepare(request)
+        for seq, event in enumerate(events):
+            if seq > after:
+                await response.write(fmt.encode(event, seq))
+        await response.write_eof()
         return response
 
     def _json(
