@@ -27,6 +27,7 @@ from sidecar.filters.policy import PolicyFilter
 from sidecar.filters.replay import ReplayFilter
 from sidecar.filters.result_policy import ResultPolicy
 from sidecar.filters.results import ResultMatcher
+from sidecar.filters.stored import StoredRepliesFilter
 from sidecar.filters.telemetry import TelemetryFilter
 from sidecar.filters.tool_list import ToolListFilter
 from sidecar.filters.tracing import tracing_from_settings
@@ -35,6 +36,7 @@ from sidecar.policy import EmbeddedEngine, build_engine
 from sidecar.policy.inputs import agent_identity
 from sidecar.policy.traits import ToolTraits
 from sidecar.proxy.handler import ProxyHandler, UpstreamChannel
+from sidecar.proxy.history import HistoryScreen
 from sidecar.proxy.upstream import Upstreams
 from sidecar.schemas.drift import DriftWatch
 from sidecar.schemas.inventory import ToolInventory
@@ -42,6 +44,7 @@ from sidecar.startup import PortBindError, PortPurpose, startup_fields
 from sidecar.state import build_store
 from sidecar.state.continuations import Continuations
 from sidecar.state.guarded import GuardedStore
+from sidecar.state.refused import RefusedCalls
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.rejection_log import RejectionLog
@@ -86,6 +89,8 @@ class Sidecar:
         self.approvals = ApprovalService(settings, self.state, self.metrics)
         # Traces only when an OTLP endpoint is configured: otherwise no filter, no cost.
         self.tracing = tracing_from_settings(settings.telemetry)
+        # Calls refused in responses the provider keeps: never handed out by a read-back.
+        self.refused_calls = RefusedCalls(self.state)
         self.filters = self._filters(Continuations(store=self.state))
         self._filter_failures: dict[str, tuple[float, str]] = {}
         self.chain = FilterChain(self.filters, on_failure=self._filter_failed)
@@ -93,7 +98,13 @@ class Sidecar:
             settings, self.chain, UpstreamChannel(self.upstreams), self._refused, self._exchange_upstream_failed
         )
         self.handler = ProxyHandler(
-            settings, self.upstreams, self.runner, self._refused, self._upstream_failed, self._passthrough
+            settings,
+            self.upstreams,
+            self.runner,
+            self._refused,
+            self._upstream_failed,
+            self._passthrough,
+            HistoryScreen(self.refused_calls),
         )
         self.health_checks: dict[str, HealthCheck] = {
             "rejection_log": self.rejections.health,
@@ -130,6 +141,8 @@ class Sidecar:
             ToolListFilter(s, self.policy, metrics, state),
             # The call checks, in this order: the first refusal wins and later filters see the
             # earlier findings (the policy input carries validation, replay and approval facts).
+            # First: a call refused when its stored response was created stays refused.
+            StoredRepliesFilter(self.refused_calls),
             ArgumentsFilter(s),
             ReplayFilter(s, state, self.tool_traits, metrics),
             PolicyFilter(s, self.policy, metrics, state),

@@ -41,22 +41,6 @@ from sidecar.model import (
     ToolResult,
 )
 
-# Server tools Anthropic runs itself (tool `type` prefixes).
-_SERVER_TOOL_TYPES = (
-    "web_search_",
-    "web_fetch_",
-    "code_execution_",
-    "tool_search_tool_",
-    "mcp_toolset",
-    "advisor_",
-    "memory_search_",
-)
-
-
-def _is_known_server_type(kind: str) -> bool:
-    return kind.startswith(_SERVER_TOOL_TYPES)
-
-
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -155,12 +139,11 @@ class AnthropicDialect(Dialect):
 
     @staticmethod
     def _provider_defined(tool: dict[str, Any]) -> bool:
-        """A client tool Anthropic defines, or a tool type the sidecar does not know (taken as
-        one the agent may run: its `tool_use` calls are then checked as declared)."""
+        """A client tool Anthropic defines (its `tool_use` calls are checked as declared). A
+        tool type the sidecar does not know counts as a server tool: a `tool_use` call of it
+        is undeclared, hence refused (fail closed)."""
         kind = tool.get("type")
-        if not isinstance(kind, str) or kind == "custom":
-            return False
-        return kind.startswith(_CLIENT_TOOL_TYPES) or not _is_known_server_type(kind)
+        return isinstance(kind, str) and kind.startswith(_CLIENT_TOOL_TYPES)
 
     def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
         declared = super().declarations(body)
@@ -173,8 +156,8 @@ class AnthropicDialect(Dialect):
         return declared
 
     def server_tools(self, body: dict[str, Any]) -> set[str]:
-        """Server tools by name (`web_search`...), MCP servers as `mcp:<name>`; tool types the
-        sidecar does not know count as both (their calls are checked whichever block carries them)."""
+        """Server tools by name (`web_search`...), MCP servers as `mcp:<name>`; a tool type the
+        sidecar does not know counts as a server tool (a `server_tool_use` of it is declared)."""
         names: set[str] = set()
         for tool in as_list(body.get("tools")):
             kind = tool.get("type") if isinstance(tool, dict) else None

@@ -291,6 +291,15 @@ class Dialect(ABC):
         """The next request on the agent's behalf: the conversation, the model's turn, and
         one tool result per call of that turn (outputs are in call order)."""
 
+    def server_tools(self, body: dict[str, Any]) -> set[str]:
+        """Names of the tools the provider runs itself, declared in a request (or echoed in a
+        stored response)."""
+        return set()
+
+    def sequence_number(self, event: Frame) -> int | None:
+        """The position a stream event announces (Responses `sequence_number`), if any."""
+        return None
+
     def withheld_output(self, call: ToolCall, payload: dict[str, Any]) -> str | None:
         """What answers a withheld call on the agent's next turn (None: no answer exists,
         e.g. a server call, which the provider ran and answered itself)."""

@@ -36,6 +36,7 @@ from sidecar.dialects.openai_chat import content_text, openai_error_body, result
 from sidecar.dialects.sse import SSEEvent, format_event
 from sidecar.model import (
     EchoedCall,
+    Frame,
     Item,
     ItemKind,
     Provider,
@@ -97,6 +98,9 @@ _SERVER_TOOLS = {
     "image_generation": "image_generation",
     "programmatic_tool_calling": "programmatic_tool_calling",
 }
+# Entry types that never declare a provider-defined client tool (a function or custom tool
+# without a name is malformed; the others are server tools or containers of tools).
+_NOT_PROVIDER_TOOLS = {"function", "custom", "mcp", "namespace", "tool_search"}
 # A held shell call runs in the provider's container, not on the agent's machine.
 _HOSTED_ENVIRONMENTS = {"container_auto", "container_reference"}
 
@@ -243,7 +247,7 @@ class OpenAIResponsesDialect(Dialect):
         answers = set(_OUTPUT_TYPES.values())
         for item in items:
             kind = item.get("type")
-            if kind in answers:
+            if isinstance(kind, str) and kind in answers:
                 output = item.get("output", "")
                 call_id = str(item.get("call_id") or item.get("id"))
                 view.results.append(ToolResult(call_id, output, False, None, result_size(output)))
@@ -277,7 +281,7 @@ class OpenAIResponsesDialect(Dialect):
             return ToolDeclaration.create("tool_search", tool.get("parameters"), description, ToolKind.PROVIDER_DEFINED)
         if kind == "shell" and _hosted(tool):
             return None
-        if isinstance(kind, str) and kind not in _SERVER_TOOLS and kind not in ("mcp", "namespace", "tool_search"):
+        if isinstance(kind, str) and kind not in _SERVER_TOOLS and kind not in _NOT_PROVIDER_TOOLS:
             # Provider tools the agent runs, and tool types the sidecar does not know (a future
             # `foo` tool whose `foo_call` items the agent would run): declared by their type.
             return ToolDeclaration.create(_PROVIDER_TOOLS.get(kind, kind), None, description, ToolKind.PROVIDER_DEFINED)
@@ -304,6 +308,8 @@ class OpenAIResponsesDialect(Dialect):
         names: set[str] = set()
         for tool in as_list(body.get("tools")):
             kind = tool.get("type") if isinstance(tool, dict) else None
+            if not isinstance(kind, str):
+                continue
             if kind in _SERVER_TOOLS:
                 names.add(_SERVER_TOOLS[str(kind)])
             elif kind == "mcp":
@@ -329,6 +335,11 @@ class OpenAIResponsesDialect(Dialect):
         history = [{"role": "user", "content": previous}] if isinstance(previous, str) else as_list(previous)
         body["input"] = [*history, *(item.wire for item in reply.items), *answers]
         return body
+
+    def sequence_number(self, event: Frame) -> int | None:
+        data = event_json(event)
+        number = data.get("sequence_number") if isinstance(data, dict) else None
+        return number if isinstance(number, int) and not isinstance(number, bool) else None
 
     def withheld_output(self, call: ToolCall, payload: dict[str, Any]) -> str | None:
         """How a withheld call is answered on the agent's next turn: a function call by its

@@ -32,8 +32,8 @@ from sidecar.dialects.base import MAX_DEPTH, StreamAssembler, TooDeep, loads
 from sidecar.dialects.sse import SSEParser, format_event
 from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
 from sidecar.exchange.filters import FilterChain, FilterFailed
-from sidecar.exchange.state import End, Exchange, Outcome
-from sidecar.model import RefusalReason, Reply
+from sidecar.exchange.state import End, Exchange, Origin, Outcome
+from sidecar.model import Frame, RefusalReason, Reply
 
 log = logging.getLogger("sidecar.exchange")
 
@@ -140,6 +140,14 @@ def _check_stream_answer(ex: Exchange, status: int) -> None:
     if status == 200 and not ex.view.stream:
         message = "the upstream answered a request without stream: true with an event stream"
         raise Refused(502, RefusalReason.CONTENT_TYPE, message)
+
+
+def _already_sent(ex: Exchange, event: Frame) -> bool:
+    """A resumed stream: the agent had this event from an earlier connection."""
+    if ex.resume_after is None:
+        return False
+    number = ex.dialect.sequence_number(event)
+    return number is not None and number <= ex.resume_after
 
 
 def _utf8(data: bytes) -> bool:
@@ -260,6 +268,11 @@ class ExchangeRunner:
 
     async def _settle_and_deliver(self, ex: Exchange, held: _Held, delivery: _Delivery) -> None:
         """The shared tail: checks and repair rounds, commit, then the agent gets the reply."""
+        if ex.origin is Origin.RETRIEVE:
+            # A stored response echoes the tools it was created with: its calls are checked
+            # against those, as if it had just been created.
+            ex.view.declarations = ex.dialect.declarations(held.reply.envelope)
+            ex.view.server_tools = ex.dialect.server_tools(held.reply.envelope)
         await self.chain.reply(ex, held.reply)
         settlement = await delivery.while_waiting(self.enforcer.settle(ex, held.reply, held.cut))
         try:
@@ -318,7 +331,8 @@ class ExchangeRunner:
                     if not _utf8(event.raw):
                         assembler.refuse("bytes that are not valid UTF-8")
                     if assembler.feed(event):
-                        ready.append(event.raw)
+                        if not _already_sent(ex, event):
+                            ready.append(event.raw)
                     elif assembler.violation is not None:
                         break
                     else:
@@ -430,7 +444,7 @@ class _StreamDelivery:
                 tail = f": {REPAIR_HEADER}: {ex.repair_rounds}\n\n".encode() + tail
             await self.agent.write(tail)
         else:
-            await self.agent.write(b"".join(event.raw for event in assembler.held))
+            await self.agent.write(b"".join(event.raw for event in assembler.held if not _already_sent(ex, event)))
         await self.agent.close_stream()
 
 

@@ -136,6 +136,9 @@ class Exchange:
     results: list[ToolResultRecord] = field(default_factory=list)
     method: str = "POST"
     origin: Origin = Origin.CREATE
+    # A stream resumed (`?starting_after=N`): the stream is read from its start and the events
+    # the agent already has (sequence number <= N) are checked but not sent again.
+    resume_after: int | None = None
     _slots: dict[ExchangeKey[Any], Any] = field(default_factory=dict, repr=False)
 
     def get(self, key: ExchangeKey[T]) -> T | None:

@@ -42,7 +42,7 @@ from typing import Any
 
 from sidecar.config import Settings
 from sidecar.exchange.filters import Filter
-from sidecar.exchange.state import Action, CallCheck, Exchange, ExchangeKey
+from sidecar.exchange.state import Action, CallCheck, Exchange, ExchangeKey, Origin
 from sidecar.identity import call_key
 from sidecar.model import ToolCall, Verdict, VerdictKind
 from sidecar.policy.traits import ToolTraits
@@ -113,6 +113,7 @@ class _Turn:
 
     found: dict[int, _Found] = field(default_factory=dict)  # id(check) -> facts
     firsts: dict[tuple[int, str], ToolCall] = field(default_factory=dict)  # (round, key) -> first call
+    redelivered: set[str] = field(default_factory=set)  # call ids a read-back hands out again
 
 
 _TURN: ExchangeKey[_Turn] = ExchangeKey("replay")
@@ -166,6 +167,10 @@ class ReplayFilter(Filter):
         if same is not None and same.replay_key != found.key:
             self.metrics.tool_result_anomaly(CALL_ID_REUSED)
             log.warning("model reused call id %s for a different %s call", call.id, call.name)
+        elif same is not None and check.exchange.origin is Origin.RETRIEVE:
+            # A stored response read back hands out the very call delivered before, not a new one.
+            turn.redelivered.add(call.id)
+            return None
         elif same is not None and side_effects:  # a transport retry of a delivered call
             return replay_verdict(call, same, "already delivered under this call id")
         guarded = side_effects and not self.traits.repeatable(call.name)
@@ -214,7 +219,10 @@ class ReplayFilter(Filter):
         """Insert, then deliver: a side-effecting call the ledger cannot record never goes out."""
         session = ex.session
         now = self.store.limits.clock()
+        again = ex.setdefault(_TURN, _Turn).redelivered
         for call in calls:
+            if call.id in again:
+                continue  # already in the ledger (with its result, if it came)
             record = CallRecord(session, call.id, call.name, call.args_hash, call_replay_key(session, call), now)
             try:
                 await self.store.record_call(record)

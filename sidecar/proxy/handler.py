@@ -28,8 +28,10 @@ from sidecar.identity import session_id
 from sidecar.model import Provider, RefusalReason, RequestView
 from sidecar.proxy.coverage import WEBSOCKET_MESSAGE, Handling, refusal_message, refused
 from sidecar.proxy.headers import downstream_response_headers, upstream_request_headers
+from sidecar.proxy.history import HistoryScreen, Unscreenable
 from sidecar.proxy.routing import Route, resolve, upstream_url
 from sidecar.proxy.upstream import Upstreams, upstream_error
+from sidecar.state import StateUnavailable
 
 log = logging.getLogger("sidecar.proxy")
 
@@ -158,8 +160,10 @@ class ProxyHandler:
         refused: Callable[[RefusalReason, str, str], None],
         upstream_failed: Callable[[Provider, UpstreamError, str], None],
         passthrough: Callable[[Provider, str, str, str, int], None],
+        history: HistoryScreen,
     ) -> None:
         self.settings = settings
+        self.history = history
         self.upstreams = upstreams
         self.runner = runner
         self._refused = refused
@@ -187,9 +191,10 @@ class ProxyHandler:
             except UpstreamError as exc:
                 self._upstream_failed(route.provider, exc, route.path)
                 return error_response(error_dialect, exc.status, exc.message)
-        if route.handling is not Handling.ENFORCE:
-            message = f"the sidecar does not serve {request.method} {route.path} yet"
-            return self._refuse(error_dialect, 403, RefusalReason.UNSUPPORTED_PATH, message, route.path)
+        if route.handling is Handling.RETRIEVE:
+            return await self._retrieve(request, route, url, headers)
+        if route.handling is Handling.HISTORY:
+            return await self._history(request, route, url, headers, body)
         dialect = error_dialect
         try:
             payload = _request_object(body)
@@ -237,6 +242,56 @@ class ProxyHandler:
         if agent.response is None:  # cannot happen: the runner always answers
             return error_response(ex.dialect, 502, "the sidecar produced no response")
         return agent.response
+
+    async def _retrieve(
+        self, request: web.Request, route: Route, url: URL, headers: CIMultiDict[str]
+    ) -> web.StreamResponse:
+        """A stored response read back (GET /v1/responses/{id}, the stream resume, POST
+        …/cancel): checked like a created one, never repaired. A resumed stream is read from
+        its start, so every call is assembled whole; the events the agent has are not resent."""
+        dialect = route.error_dialect
+        view = RequestView(stream=request.query.get("stream") == "true")
+        ex = self._exchange(route, dialect, request, view, {}, url, headers, b"")
+        ex.origin = Origin.RETRIEVE
+        if view.stream and "starting_after" in request.query:
+            try:
+                ex.resume_after = int(request.query["starting_after"])
+            except ValueError:
+                message = "starting_after must be an integer (the sequence number of the last event received)"
+                return self._refuse(dialect, 400, RefusalReason.FRAMING, message, route.path)
+            query = [(k, v) for k, v in request.rel_url.query.items() if k != "starting_after"]
+            ex.url = url.with_query(query)
+        return await self._run(ex, request)
+
+    async def _history(
+        self, request: web.Request, route: Route, url: URL, headers: CIMultiDict[str], body: bytes
+    ) -> web.StreamResponse:
+        """A listing of stored items (input items, conversation items, a compaction): the
+        calls the sidecar refused are removed; everything else passes as it came."""
+        dialect = route.error_dialect
+        try:
+            upstream = await self.upstreams.open(request.method, url, headers, body)
+        except UpstreamError as exc:
+            self._upstream_failed(route.provider, exc, route.path)
+            return error_response(dialect, exc.status, exc.message)
+        async with upstream:
+            try:
+                raw = await upstream.read()
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                failure = upstream_error(exc, str(url.origin()))
+                self._upstream_failed(route.provider, failure, route.path)
+                return error_response(dialect, failure.status, failure.message)
+            status, reason, answer_headers = upstream.status, upstream.reason, upstream.headers
+        self._passthrough_seen(route.provider, request.method, route.path, "history", status)
+        if status == 200:
+            try:
+                raw = await self.history.screen(raw)
+            except Unscreenable as exc:
+                return self._refuse(dialect, 502, exc.reason, exc.message, route.path)
+            except StateUnavailable:
+                message = "the sidecar cannot reach its state backend to screen this listing; try again later"
+                return error_response(dialect, 503, message)
+        return web.Response(body=raw, status=status, reason=reason, headers=downstream_response_headers(answer_headers))
 
     def _refuse(self, dialect: Dialect, status: int, reason: RefusalReason, message: str, path: str) -> web.Response:
         self._refused(reason, path, message)

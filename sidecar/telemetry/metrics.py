@@ -123,6 +123,7 @@ PATH_CLASSES = frozenset(
         "hosted_agents",
         "stored_completions",
         "unknown",
+        "history",
         "other",
     }
 )
