@@ -71,7 +71,7 @@ _OUTPUTS = set(ANSWERS.values())
 
 def _call_ids(items: list[dict[str, Any]], type_: str) -> list[str]:
     wanted = set(ANSWERS) if type_ == "call" else _OUTPUTS if type_ == "output" else {type_}
-    return [str(i.get("call_id")) for i in items if i.get("type") in wanted]
+    return [str(i.get("call_id")) for i in items if isinstance(i.get("type"), str) and i.get("type") in wanted]
 
 
 def _label(items: list[dict[str, Any]], call_id: str) -> str:

@@ -7,6 +7,7 @@ after edits; the re-rendered downstream is checked structurally and by the offic
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -1121,9 +1122,17 @@ class SDKView:
 
 
 async def read_with_sdk(dialect: Dialect, payload: bytes) -> SDKView:
+    """What the official SDK assembles from `payload` (its client closed on this loop, so no
+    garbage-collected client logs 'Event loop is closed' in a later test)."""
+    async with contextlib.AsyncExitStack() as stack:
+        return await _read_with_sdk(dialect, payload, stack)
+
+
+async def _read_with_sdk(dialect: Dialect, payload: bytes, stack: contextlib.AsyncExitStack) -> SDKView:
     async with serve_stream(payload) as url:
         if dialect is ANTHROPIC:
             client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+            stack.push_async_callback(client.close)
             async with client.messages.stream(
                 model="claude-test", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
             ) as stream:
@@ -1137,6 +1146,7 @@ async def read_with_sdk(dialect: Dialect, payload: bytes) -> SDKView:
                 [b for b in blocks if b["type"] not in ("text", "tool_use")],
             )
         oa = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+        stack.push_async_callback(oa.close)
         if dialect is OPENAI_CHAT:
             async with oa.chat.completions.stream(model="gpt-test", messages=[{"role": "user", "content": "hi"}]) as s:
                 completion = await s.get_final_completion()

@@ -21,13 +21,28 @@ STREAM = pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"
 
 async def _responses(url: str, tools: list[dict[str, Any]], stream: bool) -> list[dict[str, Any]]:
     """The output items the agent's SDK hands it (the final response)."""
-    client = openai_client(url)
-    if stream:
-        async with client.responses.stream(model="gpt-test", input="go", tools=tools) as s:  # type: ignore[arg-type]
-            response = await s.get_final_response()
-    else:
-        response = await client.responses.create(model="gpt-test", input="go", tools=tools)  # type: ignore[arg-type]
+    async with openai_client(url) as client:
+        if stream:
+            async with client.responses.stream(model="gpt-test", input="go", tools=tools) as s:  # type: ignore[arg-type]
+                response = await s.get_final_response()
+        else:
+            response = await client.responses.create(model="gpt-test", input="go", tools=tools)  # type: ignore[arg-type]
     return [item.to_dict() for item in response.output]
+
+
+_OPEN: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients():
+    """SDK clients are closed on the test's own loop (not by the garbage collector later)."""
+    yield
+    while _OPEN:
+        await _OPEN.pop().close()
+
+
+async def _closing(client: Any) -> None:
+    _OPEN.append(client)
 
 
 def _answers(request: Any) -> list[dict[str, Any]]:
@@ -83,6 +98,7 @@ async def test_a_computer_call_cannot_be_repaired_so_it_is_blocked(model, sideca
 @STREAM
 async def test_chat_custom_tool_calls_are_checked(model, sidecar, stream):
     client = openai_client(sidecar.proxy_url)
+    await _closing(client)
     call = ToolCallSpec("grep", raw_arguments="needle", item="custom")
 
     async def ask(tools: list[dict[str, Any]]) -> Any:
@@ -124,6 +140,7 @@ async def test_anthropic_defined_client_tools_are_declarations(model, sidecar, s
     """bash / text_editor tools are declared by type and name, with no input_schema: their
     calls reach the agent (they were refused as unknown tools before), undeclared ones do not."""
     client = anthropic_client(sidecar.proxy_url)
+    await _closing(client)
 
     async def ask(tools: list[dict[str, Any]]) -> Any:
         kwargs: dict[str, Any] = {
@@ -170,6 +187,7 @@ async def test_policy_sees_the_kind_and_withholds_server_calls(model, start_side
     is withheld with everything the model wrote after it, without a repair round."""
     running = await start_sidecar(policies=_policy(tmp_path, KIND_RULE))
     client = anthropic_client(running.proxy_url)
+    await _closing(client)
     search = ToolCallSpec("web_search", {"query": "secrets"}, item="server_tool_use")
     model.add_turns(Turn(text="Searching.", tool_calls=[search]))
     kwargs: dict[str, Any] = {
