@@ -66,9 +66,11 @@ async def test_a_call_refused_at_creation_is_never_handed_out_by_a_retrieve(mode
     lenient = await start_sidecar(state=state)
     tools = [*DECLARED, {"type": "function", "name": "wire_money", "parameters": {"type": "object"}}]
     model.add_turns(Turn(text="Paying.", tool_calls=[UNDECLARED]), Turn(text="I will not pay."))
-    async with openai_client(strict.proxy_url) as c:
-        async with c.responses.stream(model="gpt-test", input="pay", tools=tools) as s:  # type: ignore[arg-type]
-            shown = await s.get_final_response()
+    async with (
+        openai_client(strict.proxy_url) as c,
+        c.responses.stream(model="gpt-test", input="pay", tools=tools) as s,  # type: ignore[arg-type]
+    ):
+        shown = await s.get_final_response()
     assert "function_call" not in _types(shown) and len(model.model_requests) == 2
     async with openai_client(lenient.proxy_url) as c:
         stored = await c.responses.retrieve(shown.id)  # the stream's id: the provider's first response
@@ -91,7 +93,7 @@ async def test_a_resumed_stream_is_checked_and_resends_nothing_the_agent_has(mod
 async def test_coverage_settings_refuse_read_backs_and_background(model, start_sidecar):
     running = await start_sidecar(coverage={"retrieve": "refuse", "background": "refuse"})
     async with openai_client(running.proxy_url) as c:
-        with pytest.raises(openai.PermissionDeniedError, match="coverage.retrieve: refuse"):
+        with pytest.raises(openai.PermissionDeniedError, match=r"coverage\.retrieve: refuse"):
             await c.responses.retrieve("resp_1")
         with pytest.raises(openai.PermissionDeniedError, match="without background: true"):
             await c.responses.create(model="gpt-test", input="go", background=True)
@@ -129,7 +131,9 @@ async def test_listings_drop_the_calls_the_sidecar_refused(start_sidecar):
             assert "function_call" not in _types(created)
             items = await c.responses.input_items.list("resp_2")
             assert [i.type for i in items.data] == ["message"]
-        async with aiohttp.ClientSession() as session:
-            async with session.get(running.proxy_url + "/v1/conversations/conv_1/items") as response:
-                listed = orjson.loads(await response.read())
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(running.proxy_url + "/v1/conversations/conv_1/items") as response,
+        ):
+            listed = orjson.loads(await response.read())
     assert [i["type"] for i in listed["data"]] == ["message"]

@@ -264,7 +264,7 @@ async def test_whole_replies_the_sdk_would_parse_anyway_are_refused(name, status
 
 async def test_request_bodies_that_are_not_utf8_are_refused(upstream, caplog):
     caplog.set_level(logging.WARNING)
-    stub, running = upstream
+    _, running = upstream
     async with openai_client(running.proxy_url) as client:
         with pytest.raises(openai.BadRequestError, match="not valid UTF-8"):
             await client.post("/chat/completions", body=b'{"model": "m\xff", "messages": []}', cast_to=object)
