@@ -533,8 +533,8 @@ class _ChatStream(StreamAssembler):
 
     def _fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
         """One `tool_calls` fragment. Clients join fragments differently (the OpenAI SDK joins
-        every string, others keep the first id and name), so a later fragment may only repeat
-        what the first said: a name, id or type that changes is refused (framing)."""
+        every string, others keep the first id and name): a later fragment that gives the name
+        or id again, or changes the type, is refused (framing)."""
         key = as_index(fragment.get("index"), len(self._calls))
         kind = "custom" if fragment.get("type") == "custom" or "custom" in fragment else "function"
         spec = as_dict(fragment.get(kind))
@@ -558,14 +558,15 @@ class _ChatStream(StreamAssembler):
         return self.items.index(item), new
 
     def _same(self, held: dict[str, Any], field: str, value: Any, key: int) -> None:
-        """Keep the first value of `field`; a later one may repeat it (compatible servers do),
-        never change or continue it (the name of a call split across fragments)."""
+        """A field given once. Given again, readings part: the OpenAI SDK joins the pieces
+        (`lookup` + `lookup` is `lookuplookup`, `read` + `_all` is `read_all`), other clients
+        keep the first; either could run a call the other reading did not check: refused."""
         if not value:
             return
         if not held[field]:
             held[field] = value
-        elif value != held[field]:
-            self.refuse(f"tool call {key} has its {field} split or changed across fragments")
+        else:
+            self.refuse(f"tool call {key} gives its {field} again in a later fragment (split or repeated)")
 
     def _legacy_fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
         """A `delta.function_call` piece: the name comes first, the arguments in pieces."""
@@ -576,8 +577,8 @@ class _ChatStream(StreamAssembler):
             item = Item(ItemKind.CALL, {LEGACY: {"name": name if isinstance(name, str) else "", "arguments": ""}})
             self._legacy = item
             self.items.append(item)
-        elif not item.wire[LEGACY]["name"] and isinstance(name, str):
-            item.wire[LEGACY]["name"] = name
+        elif isinstance(name, str):
+            self._same(item.wire[LEGACY], "name", name, 0)
         if isinstance(fragment.get("arguments"), str):
             self._legacy_parts.append(fragment["arguments"])
         return self.items.index(item), new
