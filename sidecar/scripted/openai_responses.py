@@ -157,6 +157,16 @@ class ResponsesFormat(OpenAIFormat):
         first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
         return HttpReply(200, {"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": False})
 
+    def cancel(self, response_id: str) -> HttpReply:
+        """POST /v1/responses/{id}/cancel: only background responses can be cancelled; the
+        answer is the response (this stand-in has always finished it: its output stays)."""
+        reply = self.replies.get(response_id)
+        if reply is None:
+            return self.invalid_request(f"Response with id '{response_id}' not found.", status=404)
+        if reply.request.get("background") is not True:
+            return self.invalid_request("Only responses created with background=true can be cancelled.")
+        return HttpReply(200, {**self.body(reply), "status": "cancelled"})
+
     def queued(self, reply: Reply) -> dict[str, Any]:
         """A `background: true` create answers at once, queued; the result is read back later."""
         return self._response(reply, "queued", [], None)

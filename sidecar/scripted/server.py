@@ -30,7 +30,7 @@ EXHAUSTED_TEXT = "(script exhausted)"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 MODELS_PATH = "/v1/models"
 # GET /v1/responses/{id} and GET /v1/responses/{id}/input_items
-_RESPONSE_PATH = re.compile(r"/v1/responses/(resp_[A-Za-z0-9]+)(/input_items)?$")
+_RESPONSE_PATH = re.compile(r"/v1/responses/(resp_[A-Za-z0-9]+)(/input_items|/cancel)?$")
 # Generous: tests send big histories, and the real APIs accept tens of megabytes.
 MAX_BODY = 64 * 1024 * 1024
 
@@ -151,7 +151,8 @@ class ScriptedModel:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        fmt = next((f for f in self._formats if request.path.endswith(f.path)), None)
+        # By the path's shape, with or without /v1 (POST /messages, Azure's deployment paths).
+        fmt = next((f for f in self._formats if request.path.endswith(f.path.removeprefix("/v1"))), None)
         if request.method != "POST":
             fmt = None
         try:
@@ -178,7 +179,9 @@ class ScriptedModel:
                 self.disconnects += 1
                 raise
         stored = _RESPONSE_PATH.search(request.path)
-        if stored is not None and request.method == "GET":
+        if stored is not None and stored.group(2) == "/cancel" and request.method == "POST":
+            return self._json(self._responses, self._responses.cancel(stored.group(1)))
+        if stored is not None and request.method == "GET" and stored.group(2) != "/cancel":
             return await self._stored_response(request, stored.group(1), stored.group(2) is not None)
         if request.method == "GET" and request.path.endswith(MODELS_PATH):
             return self._json(self._anthropic if anthropic else self._openai, HttpReply(200, _model_list(anthropic)))

@@ -359,6 +359,9 @@ def sdk_chat(url: str, session: str) -> list[Call]:
 
 
 def _json(text: str) -> Any:
+    """Arguments as an agent reads them: empty means no arguments (as the sidecar reads it)."""
+    if not text.strip():
+        return {}
     try:
         return json.loads(text)
     except ValueError:
