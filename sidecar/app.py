@@ -22,6 +22,7 @@ from sidecar.exchange.state import Exchange
 from sidecar.filters.approval import ApprovalFilter
 from sidecar.filters.arguments import ArgumentsFilter
 from sidecar.filters.conversation import ProviderStateFilter
+from sidecar.filters.cost import CostFilter
 from sidecar.filters.drift import DriftFilter
 from sidecar.filters.policy import PolicyFilter
 from sidecar.filters.replay import ReplayFilter
@@ -40,12 +41,14 @@ from sidecar.proxy.history import HistoryScreen
 from sidecar.proxy.upstream import Upstreams
 from sidecar.schemas.drift import DriftWatch
 from sidecar.schemas.inventory import ToolInventory
+from sidecar.schemas.inventory_lint import InventoryLint
 from sidecar.startup import PortBindError, PortPurpose, startup_fields
-from sidecar.state import build_store
+from sidecar.state import StateUnavailable, build_store
 from sidecar.state.continuations import Continuations
 from sidecar.state.guarded import GuardedStore
 from sidecar.state.refused import RefusedCalls
 from sidecar.telemetry.logs import log_event
+from sidecar.telemetry.loop_lag import LoopLagMonitor
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.rejection_log import RejectionLog
 
@@ -66,6 +69,9 @@ class Sidecar:
         self.rejections = RejectionLog.from_settings(settings.rejection_log, self.metrics)
         # Latest declaration of each tool (GET /v1/tools); fed per request by the drift filter.
         self.tool_inventory = ToolInventory(settings.inventory)
+        # Its declarations linted off the request path (/v1/status, sidecar_tool_lint_findings).
+        self.tool_lint = InventoryLint(self.tool_inventory, settings)
+        self.metrics.lint_findings(self.tool_lint.counts)
         self.upstreams = Upstreams(
             {Provider.ANTHROPIC: settings.anthropic_upstream, Provider.OPENAI: settings.openai_upstream},
             read_timeout_s=settings.upstream_timeout_s,
@@ -112,6 +118,9 @@ class Sidecar:
             "state": self._state_health,
             "filters": self._filters_health,
         }
+        self._loop_lag = LoopLagMonitor(self.metrics.loop_lag.observe)
+        # When a drain began (SIGTERM): /readyz answers 503 from then on.
+        self.draining: float | None = None
         self._closing = contextlib.AsyncExitStack()
         self._closes("state", self.state.close)
         self._closes("rejection log", lambda: asyncio.to_thread(self.rejections.close))
@@ -122,9 +131,10 @@ class Sidecar:
         """The chain, in order. Each hook runs over the filters in this order."""
         s, state, metrics = self.settings, self.state, self.metrics
         filters: list[Filter] = [
-            # What the provider holds (Responses chains): restores the session every later
-            # filter works with, and fixes the request up before anyone reads it.
-            ProviderStateFilter(continuations),
+            # What the provider holds (message threads, Responses chains, conversations): restores
+            # the session and a thread's tools every later filter works with, and fixes the request
+            # up (withheld calls answered, the continued id) before anyone reads it.
+            ProviderStateFilter(continuations, state),
         ]
         if self.tracing is not None:
             # Traces: early, so its span is current while the others run (log lines carry it).
@@ -137,6 +147,8 @@ class Sidecar:
             # Tool results matched to their calls (ex.results) before anyone hears them.
             ResultMatcher(state),
             ResultPolicy(s, self.policy, metrics, state),
+            # Tokens per tool (an estimate): after results, which names each result by its call.
+            CostFilter(metrics),
             # Hidden tools leave the request before it goes upstream.
             ToolListFilter(s, self.policy, metrics, state),
             # The call checks, in this order: the first refusal wins and later filters see the
@@ -160,7 +172,9 @@ class Sidecar:
 
     def _filter_failed(self, name: str, hook: str, exc: BaseException, critical: bool) -> None:
         self.metrics.filter_error(name, hook, critical)
-        if critical:
+        # A store that failed is the state component's to report (it recovers with the next
+        # successful write); other failures of a critical filter keep /readyz unready a while.
+        if critical and not isinstance(exc, StateUnavailable):
             self._filter_failures[name] = (time.time(), f"{hook}: {type(exc).__name__}: {exc}")
 
     def _filters_health(self) -> dict[str, Any]:
@@ -235,6 +249,8 @@ class Sidecar:
         self._closing.push_async_callback(guarded)
 
     async def start(self) -> None:
+        self._loop_lag.start()
+        self._closes("loop lag monitor", self._loop_lag.close)
         await self.upstreams.start()
         self._closes("upstream client", self.upstreams.close)
         if isinstance(self.policy, EmbeddedEngine):
@@ -247,6 +263,11 @@ class Sidecar:
         await self._closing.aclose()
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready = can serve: not draining, and the policy engine can decide (a good policy is
+        loaded; for OPA, it answers). Everything else that is wrong (a failed reload while the
+        last good policy serves, a state backend that is down and so refuses side effects, a
+        failing log writer, a critical filter that raised) is `degraded`: reported here, on
+        /v1/status, in metrics and logs, never by leaving service (docs/operations.md)."""
         report: dict[str, Any] = {}
         for name, check in self.health_checks.items():
             try:
@@ -254,7 +275,12 @@ class Sidecar:
                 report[name] = await result if inspect.isawaitable(result) else result
             except Exception as exc:
                 report[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        return all(bool(part.get("ok", True)) for part in report.values()), report
+        degraded = sorted(name for name, part in report.items() if not part.get("ok", True))
+        serving = bool(report.get("policy", {}).get("serving", False))
+        if self.draining:
+            report["draining"] = {"ok": False, "since": self.draining}
+        ready = serving and not self.draining
+        return ready, {"degraded": degraded, "components": report}
 
     def proxy_app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body_bytes + 1)
@@ -283,6 +309,21 @@ class Running:
             await runner.cleanup()
         await self.sidecar.close()
 
+    async def drain(self) -> None:
+        """SIGTERM: unready at once, held approvals answered as deferred, new connections still
+        taken for `drain_delay_s`, then refused; in-flight exchanges get the rest of
+        `shutdown_grace_s`; the admin port (probes, scrapes) closes last."""
+        settings = self.sidecar.settings
+        started = time.monotonic()
+        self.sidecar.draining = time.time()
+        self.sidecar.approvals.release_holds()
+        log_event("drain", delay_s=settings.drain_delay_s, grace_s=settings.shutdown_grace_s)
+        await asyncio.sleep(settings.drain_delay_s)
+        for runner in self.runners:  # the proxy first: stop listening, wait for in-flight handlers
+            await runner.cleanup()
+        await self.sidecar.close()
+        log_event("stopped", drained_s=round(time.monotonic() - started, 3))
+
 
 async def start(settings: Settings) -> Running:
     sidecar = Sidecar(settings)
@@ -295,7 +336,9 @@ async def start(settings: Settings) -> Running:
             (PortPurpose.ADMIN, sidecar.admin_app(), settings.admin_listen),
         )
         for purpose, app, address in ports:
-            runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+            # In-flight handlers get what is left of the drain grace once the delay is over.
+            remaining = max(1.0, settings.shutdown_grace_s - settings.drain_delay_s)
+            runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=remaining)
             await runner.setup()
             runners.append(runner)
             host, port = _split(address)
@@ -329,5 +372,7 @@ async def serve(settings: Settings, ready: Callable[[Running], None] | None = No
             loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
-    finally:
+    except BaseException:
         await running.stop()
+        raise
+    await running.drain()

@@ -1,29 +1,46 @@
-"""Session and call identity (DESIGN.md: "Session and call identity")."""
+"""Session and call identity (DESIGN.md: "Session and call identity").
+
+The session is the first of: the explicit header; the provider's conversation handle (an OpenAI
+conversation id here; a message thread's root and a Responses chain's root are resolved from
+what the sidecar remembers, in `sidecar/filters/conversation.py`); the provider's user field;
+else a hash of how the conversation began (derived, weak). Ids of any length are used whole:
+short ones as given, long ones as the sha256 of all of their bytes, never truncated.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from sidecar.model import RequestView, canonical_json, sha256_hex
+from sidecar.model import RequestView, Session, SessionSource, canonical_json, sha256_hex
 
-_MAX_ID = 200
-_DERIVED = "h:"
+# Ids up to this length stay readable in logs and `sidecar approvals list --session`.
+_MAX_PLAIN = 128
 
 
-def session_id(headers: Mapping[str, str], header_name: str, view: RequestView) -> str:
-    """Explicit header, else the provider's user field, else a hash of how the chat began."""
-    explicit = headers.get(header_name)
+def _whole(raw: str) -> str:
+    """The id as given when short, else the sha256 of all of it: two ids never become one."""
+    return raw if len(raw) <= _MAX_PLAIN else "sha256:" + sha256_hex(raw.encode())
+
+
+def named(source: SessionSource, raw: str) -> Session:
+    """A session named by `source`: the header's value as it is, the others prefixed by their
+    source (`thread:msg_…`, `user:alice`), so a user named like a conversation is not one."""
+    value = _whole(raw)
+    return Session(value if source is SessionSource.HEADER else f"{source.value}:{value}", source)
+
+
+def session_id(headers: Mapping[str, str], header_name: str, view: RequestView) -> Session:
+    """Header, else the request's conversation, else the user field, else derived (a thread or
+    chain continuation is refined by the conversation filter, which knows their roots)."""
+    explicit = (headers.get(header_name) or "").strip()
     if explicit:
-        return explicit.strip()[:_MAX_ID]
+        return named(SessionSource.HEADER, explicit)
+    if view.conversation:
+        return named(SessionSource.CONVERSATION, view.conversation)
     if view.session_hint:
-        return str(view.session_hint)[:_MAX_ID]
-    return _DERIVED + sha256_hex(view.session_seed.encode())[:32]
-
-
-def is_derived(session: str) -> bool:
-    """True when no header or user field named the session (it was hashed from the chat)."""
-    return session.startswith(_DERIVED)
+        return named(SessionSource.USER, str(view.session_hint))
+    return Session("derived:" + sha256_hex(view.session_seed.encode())[:32], SessionSource.DERIVED)
 
 
 def replay_key(session: str, tool: str, arguments: Any) -> str:

@@ -68,6 +68,8 @@ class ToolDeclaration:
     schema: dict[str, Any]
     description: str = ""
     schema_hash: str = ""
+    # Size of the schema's JSON: what compiling it costs (bounded caches, size limits).
+    schema_bytes: int = 0
     kind: ToolKind = ToolKind.FUNCTION
     has_schema: bool = True
 
@@ -77,23 +79,31 @@ class ToolDeclaration:
     ) -> ToolDeclaration:
         has_schema = isinstance(schema, dict) or kind is ToolKind.FUNCTION
         schema = schema if isinstance(schema, dict) else ({"type": "object"} if has_schema else {})
-        return cls(name, schema, description or "", schema_hash(schema), kind, has_schema)
+        digest, size = schema_hash_and_size(schema)
+        return cls(name, schema, description or "", digest, size, kind, has_schema)
 
 
+# Plain-serialisation digest -> canonical hash. Keys are 32-byte digests, so the memory is
+# bounded by the count whatever the schemas' sizes.
 _SCHEMA_HASHES: dict[bytes, str] = {}
 _SCHEMA_HASHES_MAX = 4096
 
 
-def schema_hash(schema: dict[str, Any]) -> str:
-    """Every request re-declares its tools: hash each distinct schema once (keyed by its
-    plain serialisation, which is cheap), not once per request."""
+def schema_hash_and_size(schema: dict[str, Any]) -> tuple[str, int]:
+    """Every request re-declares its tools: hash each distinct schema once (found by a digest
+    of its plain serialisation, which is cheap), not once per request."""
     raw = orjson.dumps(schema)
-    cached = _SCHEMA_HASHES.get(raw)
+    key = hashlib.blake2b(raw, digest_size=32).digest()
+    cached = _SCHEMA_HASHES.get(key)
     if cached is None:
         if len(_SCHEMA_HASHES) >= _SCHEMA_HASHES_MAX:
             _SCHEMA_HASHES.clear()
-        cached = _SCHEMA_HASHES[raw] = sha256_hex(canonical_json(schema))
-    return cached
+        cached = _SCHEMA_HASHES[key] = sha256_hex(canonical_json(schema))
+    return cached, len(raw)
+
+
+def schema_hash(schema: dict[str, Any]) -> str:
+    return schema_hash_and_size(schema)[0]
 
 
 def declaration_hash(declaration: ToolDeclaration) -> str:
@@ -247,6 +257,47 @@ NOT_RUN_PAYLOAD: dict[str, Any] = {
 }
 
 
+class SessionSource(StrEnum):
+    """Where a session id came from (DESIGN.md "Session and call identity"), strongest first."""
+
+    HEADER = "header"  # the explicit session header (`X-Sidecar-Session`)
+    CONVERSATION = "conversation"  # an OpenAI conversation (`conversation` on /v1/responses)
+    THREAD = "thread"  # an Anthropic message thread: its root message id
+    CHAIN = "chain"  # a Responses `previous_response_id` chain: its root response id
+    USER = "user"  # the provider's user field (`metadata.user_id`, `user`, `prompt_cache_key`)
+    DERIVED = "derived"  # a hash of how the conversation began: may merge conversations
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A session id and where it came from.
+
+    Strong sessions (every source but `derived`) name one conversation or one user; a derived
+    one may merge conversations that begin alike, so nothing learnt in one of them (a tool
+    result) is handed to another unless the request's history proves it continues it.
+    """
+
+    id: str
+    source: SessionSource
+
+    @property
+    def strong(self) -> bool:
+        return self.source is not SessionSource.DERIVED
+
+
+class ThreadMode(StrEnum):
+    """The `thread` field of an Anthropic Messages request (`message-threads-2026-08-12`)."""
+
+    CREATE = "create"  # the server holds the conversation under the response's id
+    CONTINUE = "continue"  # only the new messages; system and tools come from the thread
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRef:
+    mode: ThreadMode
+    previous_message_id: str | None = None  # `continue` only
+
+
 @dataclass(slots=True)
 class RequestView:
     """What a dialect extracted from an agent's request."""
@@ -256,6 +307,7 @@ class RequestView:
     declarations: dict[str, ToolDeclaration] = field(default_factory=dict)
     results: list[ToolResult] = field(default_factory=list)
     echoed_calls: list[EchoedCall] = field(default_factory=list)
+    # The provider's user field (`metadata.user_id`, `user`, `prompt_cache_key`).
     session_hint: str | None = None
     # Text used to derive a session id when no explicit hint exists.
     session_seed: str = ""
@@ -264,6 +316,10 @@ class RequestView:
     # Tools the provider runs itself (web_search, code_interpreter, mcp:<server>...): a server
     # call is `declared` when its name is here.
     server_tools: set[str] = field(default_factory=set)
+    # The provider-held conversation the request belongs to: an OpenAI conversation id, or an
+    # Anthropic message thread (create / continue from a message id).
+    conversation: str | None = None
+    thread: ThreadRef | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,6 +379,51 @@ class Reply:
             if item.kind is ItemKind.CALL:
                 return position
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """A reply's token usage, in one shape for every provider (read by `Dialect.usage`).
+
+    `input` is every input token of the request: cache reads and cache writes included
+    (Anthropic reports them apart from `input_tokens`; OpenAI's `prompt_tokens` / `input_tokens`
+    already include `cached_tokens`). `reasoning` is the part of `output` spent thinking, when
+    the provider reports it (0 otherwise).
+    """
+
+    input: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+    reasoning: int = 0
+
+    @property
+    def uncached(self) -> int:
+        """Input tokens neither read from nor written to the cache (billed at the base rate)."""
+        return max(0, self.input - self.cache_read - self.cache_write)
+
+
+class SpanKind(StrEnum):
+    CALL = "call"  # a tool call of an earlier model turn, echoed in the history
+    RESULT = "result"  # a tool result
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpan:
+    """A tool call or result as it sits in a request: what it occupies of the model's input.
+
+    `size` is its length in the request body, in characters of its JSON (an estimate: string
+    payloads are counted by length, not re-encoded). `latest`: in or after the latest model
+    turn, i.e. sent to the model for the first time (unless the agent repeats a request), so
+    it cannot have been read from a prompt cache. `name` is known for calls (and for results
+    of protocols that carry it); results are named by the call they answer.
+    """
+
+    kind: SpanKind
+    call_id: str
+    size: int
+    name: str | None = None
+    latest: bool = False
 
 
 class RefusalReason(StrEnum):

@@ -19,11 +19,11 @@ ALLOWED: dict[str, set[str]] = {
     "dialects": {"model"},
     "config": {"telemetry"},  # the redactor, for secrets in configuration errors
     "lockdown": {"config", "model"},
-    "state": {"config", "model"},
+    "state": {"config", "model", "telemetry"},  # the redactor, for backend errors quoting URLs
     "telemetry": {"cli_output", "config", "lockdown", "model", "timefmt"},
     "policy": {"config", "model", "telemetry"},
     "approvals": {"config", "state", "telemetry", "timefmt"},
-    "exchange": {"config", "dialects", "model"},
+    "exchange": {"config", "dialects", "model", "telemetry"},  # the redactor, for upstream error bodies
 }
 # Nothing below the transport may reach up into it (or into the wiring).
 NEVER_IMPORTED_BY_LOWER = {"app", "proxy", "admin", "cli", "demo"}

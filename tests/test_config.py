@@ -330,7 +330,7 @@ def test_redacted_settings_hide_tokens_and_url_passwords_but_not_paths():
     for secret in ("123456", "opa-secret-value", "hunter2", "abcdef"):
         assert secret not in text
     assert clean["admin_token"] == "[REDACTED]" and clean["policy"]["opa_token"] == "[REDACTED]"
-    assert clean["state"]["redis_url"] == "redis://:[REDACTED]@redis:6379/0"
+    assert clean["state"]["redis_url"] == "redis://[REDACTED]@redis:6379/0"
     assert clean["admin_token_file"] == "/run/secrets/admin"
     assert clean["listen"] == settings.listen and clean["state"]["backend"] == "memory"
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import orjson
 from aiohttp import web
 
 from sidecar.admin.approvals import add_approval_routes
 from sidecar.admin.auth import AdminAuth
+from sidecar.admin.responses import json_response
+from sidecar.admin.slack import add_slack_routes
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
 from sidecar.schemas.inventory import ToolInventory
+from sidecar.schemas.inventory_lint import InventoryLint
 from sidecar.telemetry.metrics import Metrics
 
 
@@ -22,6 +24,7 @@ class AdminBackend(Protocol):
     metrics: Metrics
     approvals: ApprovalService
     tool_inventory: ToolInventory
+    tool_lint: InventoryLint
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]: ...
 
@@ -30,7 +33,7 @@ SIDECAR_KEY: web.AppKey[AdminBackend] = web.AppKey("sidecar")
 
 
 def _json(data: object, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+    return json_response(data, status)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -38,22 +41,31 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 200 while the sidecar can serve (docs/operations.md); what is degraded is listed."""
     ready, report = await request.app[SIDECAR_KEY].readiness()
-    return _json({"ready": ready, "components": report}, 200 if ready else 503)
+    return _json({"ready": ready, **report}, 200 if ready else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body, content_type = request.app[SIDECAR_KEY].metrics.render(request.headers.get("Accept"))
+    sidecar = request.app[SIDECAR_KEY]
+    await sidecar.tool_lint.refresh()  # sidecar_tool_lint_findings: new or changed declarations only
+    body, content_type = sidecar.metrics.render(request.headers.get("Accept"))
     response = web.Response(body=body)
     response.headers["Content-Type"] = content_type
     return response
 
 
 async def status(request: web.Request) -> web.Response:
-    """One flat document: readiness, then the metrics summary (`tools` maps tool name → stats)."""
+    """One flat document: readiness, then the metrics summary (`tools` maps tool name → stats,
+    tokens included), each tool with its current declarations (drift, lint) from the inventory."""
     sidecar = request.app[SIDECAR_KEY]
     ready, report = await sidecar.readiness()
-    return _json({"ready": ready, **sidecar.metrics.status_summary(), "components": report})
+    await sidecar.tool_lint.refresh()
+    declarations = sidecar.tool_lint.declarations()
+    summary = sidecar.metrics.status_summary(also=declarations)
+    for name, declared in declarations.items():
+        summary["tools"][name]["declarations"] = declared
+    return _json({"ready": ready, **summary, **report})
 
 
 async def tools(request: web.Request) -> web.Response:
@@ -71,4 +83,6 @@ def build_admin_app(sidecar: AdminBackend) -> web.Application:
     app.router.add_get("/v1/tools", tools)
     # Approvals: bearer token on every endpoint (sidecar/admin/approvals.py).
     add_approval_routes(app, sidecar.approvals, AdminAuth(sidecar.settings))
+    # Slack interactive approvals (when configured): signed by Slack, not by a bearer token.
+    add_slack_routes(app, sidecar.approvals)
     return app

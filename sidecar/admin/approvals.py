@@ -2,13 +2,14 @@
 
     GET  /approvals?status=&group=&tool=&session=   list (pending by default; status=all)
     GET  /approvals/{id}                            one approval
-    POST /approvals/{id}/approve   {"by": "alice", "comment": "…"}
-    POST /approvals/{id}/deny      {"by": "alice", "comment": "…"}
+    POST /approvals/{id}/approve   {"comment": "…"}
+    POST /approvals/{id}/deny      {"comment": "…"}
 
-Reads are authenticated too: an approval carries (redacted) tool arguments and session ids.
-Approver identity: `by` from the body when given (what people see, e.g. in the denial the
-model gets), else the token's fingerprint (`token:1a2b3c4d`). The audit line always carries
-the token fingerprint as well, so a `by` is attributable to the token that asserted it.
+A token is an approver (sidecar/admin/auth.py): its name is recorded as `decided_by`, and it
+sees and decides only approvals of its groups (every group for `approvals.admin_group`). Anyone
+else gets 403 with the reason, counted (`sidecar_approval_decisions_refused_total`) and audited.
+A `by` in the body is refused (400): nobody names the approver but the token. Reads are
+authenticated and scoped too: an approval carries (redacted) tool arguments and session ids.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sidecar.admin.auth import AdminAuth
+from sidecar.admin.responses import json_response
+from sidecar.approvals.approvers import ApprovalForbidden, Approver
 from sidecar.approvals.service import approval_json
 from sidecar.state import ApprovalConflict, ApprovalNotFound, ApprovalStatus, Decision, StateUnavailable
 
@@ -29,94 +32,119 @@ if TYPE_CHECKING:
 
 SERVICE_KEY: web.AppKey[ApprovalService] = web.AppKey("approvals")
 AUTH_KEY: web.AppKey[AdminAuth] = web.AppKey("admin_auth")
-_IDENTITY: web.RequestKey[str] = web.RequestKey("admin_identity", str)
+_APPROVER: web.RequestKey[Approver] = web.RequestKey("admin_approver", Approver)
 STATUSES = frozenset(get_args(ApprovalStatus))
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class DecisionBody(BaseModel):
-    """Body of approve/deny. Both fields optional; unknown keys are an error (typos)."""
+    """Body of approve/deny. `comment` optional; unknown keys are an error (typos)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    by: str | None = Field(None, min_length=1, max_length=200)
     comment: str | None = Field(None, max_length=2000)
 
 
 def _json(data: object, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+    return json_response(data, status)
 
 
-def _error(http_status: int, error: str, message: str, **extra: Any) -> web.Response:
+def error_response(http_status: int, error: str, message: str, **extra: Any) -> web.Response:
+    """The admin API's error shape: `{"error": code, "message": what to do, …}`."""
     return _json({"error": error, "message": message, **extra}, http_status)
 
 
 def authenticated(handler: Handler) -> Handler:
     async def wrapped(request: web.Request) -> web.StreamResponse:
         result = request.app[AUTH_KEY].check(request.headers.get("Authorization"))
-        if not result.ok:
+        if result.approver is None:
             request.app[SERVICE_KEY].metrics.admin_unauthorized_request()
-            response = _error(result.status, "unauthorized" if result.status == 401 else "forbidden", result.message)
+            response = error_response(
+                result.status, "unauthorized" if result.status == 401 else "forbidden", result.message
+            )
             if result.status == 401:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="sidecar-admin"'
             return response
-        request[_IDENTITY] = result.identity
+        request[_APPROVER] = result.approver
         try:
             return await handler(request)
         except StateUnavailable as exc:
-            return _error(503, "state_unavailable", f"the approvals store is unavailable: {exc}")
+            return error_response(503, "state_unavailable", f"the approvals store is unavailable: {exc}")
+        except ApprovalForbidden as exc:
+            return error_response(403, "forbidden", str(exc), group=exc.group)
 
     return wrapped
 
 
+def _caller(request: web.Request) -> dict[str, Any]:
+    """Who the API took the caller for: what their token says, and whether they see every group."""
+    approver = request[_APPROVER]
+    every = request.app[SERVICE_KEY].rule.all_groups(approver)
+    return {"name": approver.name, "groups": sorted(approver.groups), "all_groups": every}
+
+
 @authenticated
 async def list_approvals(request: web.Request) -> web.StreamResponse:
+    """The approvals of the caller's groups (all of them for the admin group), filtered further
+    by the query; asking for a group the caller is not in is a 403, not an empty list."""
     query = request.query
     status: str | None = query.get("status") or "pending"
     if status == "all":
         status = None
     elif status not in STATUSES:
-        return _error(400, "bad_request", f"status must be one of {', '.join(sorted(STATUSES))} or all")
-    found = await request.app[SERVICE_KEY].store.list_approvals(
-        status, query.get("group") or None, query.get("tool") or None, query.get("session") or None
-    )
-    return _json({"approvals": [approval_json(a) for a in found]})
+        return error_response(400, "bad_request", f"status must be one of {', '.join(sorted(STATUSES))} or all")
+    service, approver = request.app[SERVICE_KEY], request[_APPROVER]
+    group = query.get("group") or None
+    if group is not None and not service.rule.allows(approver, group):
+        return error_response(
+            403, "forbidden", f"{approver.describe()} may not see approvals of group {group}", group=group
+        )
+    found = await service.store.list_approvals(status, group, query.get("tool") or None, query.get("session") or None)
+    visible = [a for a in found if service.rule.allows(approver, a.group)]
+    return _json({"approvals": [approval_json(a) for a in visible], "caller": _caller(request)})
 
 
 @authenticated
 async def show_approval(request: web.Request) -> web.StreamResponse:
     approval_id = request.match_info["id"]
-    a = await request.app[SERVICE_KEY].store.get_approval(approval_id)
+    service, approver = request.app[SERVICE_KEY], request[_APPROVER]
+    a = await service.store.get_approval(approval_id)
     if a is None:
-        return _error(404, "not_found", f"no approval with id {approval_id}")
+        return error_response(404, "not_found", f"no approval with id {approval_id}")
+    if not service.rule.allows(approver, a.group):
+        raise ApprovalForbidden(approval_id, a.group, approver)
     return _json(approval_json(a))
 
 
 async def _decide(request: web.Request, decision: Decision) -> web.StreamResponse:
     approval_id = request.match_info["id"]
+    approver = request[_APPROVER]
     raw = await request.read()
     try:
-        body = DecisionBody.model_validate(orjson.loads(raw) if raw.strip() else {})
+        data = orjson.loads(raw) if raw.strip() else {}
+        if isinstance(data, dict) and "by" in data:
+            return error_response(
+                400,
+                "bad_request",
+                f"'by' is not accepted: the approver is the identity of your token ({approver.name})",
+            )
+        body = DecisionBody.model_validate(data)
     except orjson.JSONDecodeError:
-        return _error(400, "bad_request", 'the body must be JSON, e.g. {"by": "alice", "comment": "ok"}')
+        return error_response(
+            400, "bad_request", 'the body must be JSON, e.g. {"comment": "checked with the customer"}'
+        )
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-        return _error(400, "bad_request", problems)
-    identity = request[_IDENTITY]
+        return error_response(400, "bad_request", problems)
     service = request.app[SERVICE_KEY]
     try:
-        a = await service.decide(approval_id, decision, body.by or identity, body.comment, identity)
+        a = await service.decide(approval_id, decision, approver, body.comment)
     except ApprovalNotFound:
-        return _error(404, "not_found", f"no approval with id {approval_id}")
+        return error_response(404, "not_found", f"no approval with id {approval_id}")
     except ApprovalConflict as exc:
-        current = await service.store.get_approval(approval_id)
-        by = f" by {current.decided_by}" if current is not None and current.decided_by else ""
-        return _error(
-            409,
-            "conflict",
-            f"approval {approval_id} is already {exc.status}{by}; it can no longer be {decision}",
-            status=exc.status,
+        return error_response(
+            409, "conflict", await service.conflict_message(approval_id, exc, decision), status=exc.status
         )
     return _json(approval_json(a))
 

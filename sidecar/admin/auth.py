@@ -1,26 +1,34 @@
-"""Bearer-token authentication for the admin API's approval endpoints.
+"""Bearer-token authentication for the admin API's approval endpoints: a token is an approver.
 
-Tokens come from `admin_token` (`SIDECAR_ADMIN_TOKEN`) and `admin_token_file` (one a line).
-The file is re-read whenever it changes (stat on every request: a Kubernetes secret rotates
-by swapping a symlink, which changes the inode/mtime the stat follows), so a rotated token
-works and the old one stops working without a restart.
+Tokens come from `admin_token` (`SIDECAR_ADMIN_TOKEN`, one line) and `admin_token_file` (one a
+line), both in the format `TOKEN NAME GROUP,GROUP` (sidecar/approvals/approvers.py): the bearer
+token, the name recorded as the approver, the approval groups it may decide for. A line with the
+token alone (the format before identities) still authenticates, as `token:<fingerprint>` in no
+group: it can list nothing and decide nothing, so no old token silently keeps deciding for every
+group. A malformed line stops start-up; a malformed file later refuses every token in it.
 
-Comparison is constant time against *every* configured token, so timing reveals neither a
-token's prefix nor which token matched. The caller's identity is a fingerprint of the token
-(`token:<8 hex of sha256>`): stable, loggable, and useless for authenticating.
+The file is re-read whenever it changes, so a rotated or re-grouped token applies without a
+restart. Comparison is constant time against *every* configured token, so timing reveals neither
+a token's prefix nor which token matched. Nothing here logs or returns a token: the credential
+of an approver is a fingerprint (`token:<8 hex of sha256>`), stable and useless to authenticate.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
-import os
 from dataclasses import dataclass
 
-from sidecar.config import Settings
-
-log = logging.getLogger("sidecar.admin")
+from sidecar.approvals.approvers import (
+    Approver,
+    Channel,
+    IdentityError,
+    IdentityFile,
+    IdentityLine,
+    approver_from,
+    parse_line,
+)
+from sidecar.config import ConfigError, Settings
 
 
 def fingerprint(token: str) -> str:
@@ -29,65 +37,61 @@ def fingerprint(token: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AuthResult:
-    ok: bool
+    """The approver a token stands for, or (approver None) the HTTP status and why not."""
+
+    approver: Approver | None
     status: int = 200
     message: str = ""
-    identity: str = ""
+
+
+def _env_token(settings: Settings) -> list[IdentityLine]:
+    if not settings.admin_token:
+        return []
+    try:
+        return [parse_line(settings.admin_token, Channel.API.key)]
+    except IdentityError as exc:
+        raise ConfigError(f"admin_token (SIDECAR_ADMIN_TOKEN): {exc}") from None
 
 
 class AdminAuth:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._file_key: tuple[int, int, int, int] | None = None
-        self._file_tokens: list[str] = []
-        self._file_error: str | None = None
-
-    def _from_file(self) -> list[str]:
-        path = self.settings.admin_token_file
-        if not path:
-            return []
-        try:
-            st = os.stat(path)
-        except OSError as exc:
-            if self._file_error is None:
-                log.warning("admin token file %s unreadable: %s", path, exc.strerror)
-            self._file_error = exc.strerror or str(exc)
-            self._file_key, self._file_tokens = None, []
-            return []
-        key = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
-        if key != self._file_key:
+        self._env = _env_token(settings)
+        self._file = (
+            IdentityFile(settings.admin_token_file, "admin token file", Channel.API.key)
+            if settings.admin_token_file
+            else None
+        )
+        if self._file is not None:
             try:
-                with open(path, encoding="utf-8") as handle:
-                    text = handle.read()
-            except OSError as exc:
-                self._file_error = exc.strerror or str(exc)
-                return []
-            self._file_tokens = [line.strip() for line in text.splitlines() if line.strip()]
-            self._file_key, self._file_error = key, None
-        return self._file_tokens
+                self._file.load_at_start()
+            except IdentityError as exc:
+                raise ConfigError(str(exc)) from None
 
-    def tokens(self) -> list[str]:
-        env = [self.settings.admin_token] if self.settings.admin_token else []
-        return env + self._from_file()
+    def tokens(self) -> list[IdentityLine]:
+        return self._env + (list(self._file.entries().values()) if self._file is not None else [])
 
     def check(self, authorization: str | None) -> AuthResult:
         tokens = self.tokens()
         if not tokens:
+            broken = self._file.problem if self._file is not None else None
             return AuthResult(
-                False,
+                None,
                 403,
-                "no admin token is configured (set --admin-token-file or SIDECAR_ADMIN_TOKEN); "
+                f"no usable admin token ({broken}); the approvals API refuses every request until one is"
+                if broken
+                else "no admin token is configured (set --admin-token-file or SIDECAR_ADMIN_TOKEN); "
                 "the approvals API refuses every request until one is",
             )
         scheme, _, presented = (authorization or "").partition(" ")
         presented = presented.strip()
         if scheme.lower() != "bearer" or not presented:
-            return AuthResult(False, 401, "missing bearer token: send 'Authorization: Bearer <admin token>'")
+            return AuthResult(None, 401, "missing bearer token: send 'Authorization: Bearer <admin token>'")
         candidate = presented.encode()
-        matched: str | None = None
-        for token in tokens:  # no early exit: every token is compared
-            if hmac.compare_digest(candidate, token.encode()):
-                matched = token
+        matched: IdentityLine | None = None
+        for entry in tokens:  # no early exit: every token is compared
+            if hmac.compare_digest(candidate, entry.key.encode()) and matched is None:
+                matched = entry
         if matched is None:
-            return AuthResult(False, 401, "invalid admin token")
-        return AuthResult(True, identity=fingerprint(matched))
+            return AuthResult(None, 401, "invalid admin token")
+        return AuthResult(approver_from(matched, fingerprint(matched.key), Channel.API))

@@ -28,20 +28,25 @@ class CliError(Exception):
     pass
 
 
+def _first_field(line: str) -> str:
+    """The token of a token line: `TOKEN NAME GROUP,GROUP` (the server's format) or `TOKEN`."""
+    return line.split()[0] if line.split() else ""
+
+
 def _token(args: argparse.Namespace) -> str | None:
     if args.token:
-        return str(args.token)
+        return _first_field(str(args.token)) or None
     path = args.token_file or os.environ.get("SIDECAR_ADMIN_TOKEN_FILE")
     if path:
         try:
             with open(path, encoding="utf-8") as handle:
-                lines = [line.strip() for line in handle if line.strip()]
+                lines = [line.strip() for line in handle if line.strip() and not line.lstrip().startswith("#")]
         except OSError as exc:
             raise CliError(f"cannot read token file {path}: {exc.strerror}") from exc
         if not lines:
             raise CliError(f"token file {path} is empty")
-        return lines[0]
-    return os.environ.get("SIDECAR_ADMIN_TOKEN") or None
+        return _first_field(lines[0])
+    return _first_field(os.environ.get("SIDECAR_ADMIN_TOKEN") or "") or None
 
 
 def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -106,7 +111,7 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     approvals = body["approvals"]
     if not approvals:
-        print(f"no {args.status or 'pending'} approvals")
+        print(f"no {args.status or 'pending'} approvals {_scope(body.get('caller') or {})}")
         return 0
     now = time.time()
     rows = [
@@ -123,6 +128,15 @@ def _list(args: argparse.Namespace) -> int:
     ]
     sys.stdout.write(table(["ID", "STATUS", "TOOL", "GROUP", "SESSION", "EXPIRES", "REASONS"], rows))
     return 0
+
+
+def _scope(caller: dict[str, Any]) -> str:
+    """Which approvals the caller may see (the API lists only those)."""
+    if caller.get("all_groups"):
+        return "in any group"
+    groups = caller.get("groups") or []
+    name = caller.get("name", "this token")
+    return f"for {name} ({', '.join(groups)})" if groups else f"for {name}: the token is in no approval group"
 
 
 def _show_one(a: dict[str, Any]) -> str:
@@ -158,9 +172,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace, action: str) -> int:
+    if args.by is not None:
+        raise CliError(
+            "--by is no longer accepted: the approver recorded is the identity your admin token carries "
+            "(NAME in the token line `TOKEN NAME GROUP,GROUP`)"
+        )
     body: dict[str, Any] = {}
-    if args.by:
-        body["by"] = args.by
     if args.comment:
         body["comment"] = args.comment
     a = _call(args, "POST", f"/approvals/{urllib.parse.quote(args.id, safe='')}/{action}", body)
@@ -189,7 +206,10 @@ def register(subparsers: Any) -> None:
     add_admin_url_argument(common)
     common.add_argument("--token", help="admin bearer token (env SIDECAR_ADMIN_TOKEN)")
     common.add_argument(
-        "--token-file", metavar="FILE", help="file whose first line is the token (env SIDECAR_ADMIN_TOKEN_FILE)"
+        "--token-file",
+        metavar="FILE",
+        help="file whose first line holds the token, alone or as `TOKEN NAME GROUP,GROUP` "
+        "(env SIDECAR_ADMIN_TOKEN_FILE)",
     )
     common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the admin API")
     common.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
@@ -198,7 +218,8 @@ def register(subparsers: Any) -> None:
         "approvals",
         help="list and decide human approvals (admin API)",
         description="A client of the admin API's /approvals endpoints (works through kubectl port-forward). "
-        "Every call needs an admin token: --token, --token-file, SIDECAR_ADMIN_TOKEN or SIDECAR_ADMIN_TOKEN_FILE. "
+        "Every call needs an admin token: --token, --token-file, SIDECAR_ADMIN_TOKEN or SIDECAR_ADMIN_TOKEN_FILE; "
+        "the approver recorded is the identity that token carries on the server. "
         "Times are ISO-8601 UTC.",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -234,6 +255,8 @@ def register(subparsers: Any) -> None:
         )
         decide.add_argument("id", help="the approval id (apr_…)")
         decide.add_argument("--comment", help="why (the model sees a denial's comment)")
-        decide.add_argument("--by", help="your name (default: derived from the token, token:<fingerprint>)")
+        # Gone: the approver is the token's identity. Kept hidden so that an old script fails
+        # with the reason instead of argparse's "unrecognized arguments".
+        decide.add_argument("--by", help=argparse.SUPPRESS)
 
     parser.set_defaults(func=_run)

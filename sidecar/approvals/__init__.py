@@ -5,9 +5,11 @@ How it fits together:
 - The policy says a call needs a human (`require_approval`); `guards.approval.ApprovalGuard`
   turns that into an `Approval` record bound to the exact session, tool and arguments hash,
   and tells the model it awaits approval (defer mode), or waits for the decision (hold mode).
-- People decide on the admin port only (`admin.approvals`, `sidecar approvals …`), with a
-  bearer token. Nothing on the proxy port and nothing a model writes can decide anything:
-  the only writer of a decision is `ApprovalService.decide`, reached from the admin API.
+- People decide on the admin port only: with a bearer token (`admin.approvals`,
+  `sidecar approvals …`) or a signed Slack click (`admin.slack`). Either way the caller is an
+  `Approver` (a name and groups, `approvers.py`) and only one in the approval's group decides;
+  its name is what is recorded. Nothing on the proxy port and nothing a model writes can decide
+  anything: the only writer of a decision is `ApprovalService.decide`.
 - Once approved, the identical call (same session, tool, arguments hash) passes exactly once
   (`consume_approval` is atomic in every backend), within the approval's lifetime.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from typing import Any
 
 import aiohttp
@@ -22,6 +23,42 @@ from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.approvals")
 
+# Notifications being delivered at once; beyond, new ones are dropped and counted as failures.
+MAX_IN_FLIGHT = 256
+
+
+class BackgroundTasks:
+    """Deliveries that must not hold up the caller: kept until done (so none is collected
+    mid-flight), at most `limit` at once (beyond, `spawn` refuses: the caller counts the drop),
+    awaited by `drain` (tests), cancelled by `close` (shutdown waits for no one)."""
+
+    def __init__(self, limit: int = MAX_IN_FLIGHT) -> None:
+        self._tasks: set[asyncio.Task[bool]] = set()
+        self.limit = limit
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def spawn(self, work: Coroutine[Any, Any, bool]) -> asyncio.Task[bool] | None:
+        if len(self._tasks) >= self.limit:
+            work.close()  # never started: no "coroutine was never awaited" warning
+            return None
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
 
 class WebhookNotifier:
     def __init__(self, settings: ApprovalSettings, metrics: Metrics) -> None:
@@ -30,7 +67,7 @@ class WebhookNotifier:
         self.backoff_s = settings.webhook_backoff_s
         self.timeout_s = settings.webhook_timeout_s
         self._session: aiohttp.ClientSession | None = None
-        self._tasks: set[asyncio.Task[bool]] = set()
+        self._tasks = BackgroundTasks()
         # Not a DESIGN.md contract metric; it lives here until Metrics grows a method for it.
         self.failures = Counter(
             "sidecar_approval_webhook_failures",
@@ -47,9 +84,10 @@ class WebhookNotifier:
         """Schedule one delivery; returns at once (the task is kept so it is not collected)."""
         if not self.url:
             return None
-        task = asyncio.get_running_loop().create_task(self._deliver(self.url, orjson.dumps(payload)))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = self._tasks.spawn(self._deliver(self.url, orjson.dumps(payload)))
+        if task is None:  # a receiver that stalls cannot grow memory
+            self.failures.inc()
+            log.warning("approval notification dropped: %d already in flight", MAX_IN_FLIGHT)
         return task
 
     async def _client(self) -> aiohttp.ClientSession:
@@ -83,15 +121,10 @@ class WebhookNotifier:
 
     async def drain(self) -> None:
         """Wait for the deliveries in flight (tests, and a graceful shutdown if wanted)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.drain()
 
     async def close(self) -> None:
         """Stop pending deliveries (shutdown must not wait for a slow receiver)."""
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._tasks.close()
         if self._session is not None:
             await self._session.close()

@@ -13,15 +13,22 @@ import secrets
 from dataclasses import asdict
 from typing import Any
 
+from sidecar.approvals.approvers import ApprovalForbidden, Approver, Channel, DecisionRule, RefusalReason
 from sidecar.approvals.notifier import WebhookNotifier
+from sidecar.approvals.slack import SlackApprovals
 from sidecar.config import Settings
-from sidecar.state import Approval, Decision, StateStore, StateUnavailable
+from sidecar.state import Approval, ApprovalConflict, ApprovalNotFound, Decision, StateStore, StateUnavailable
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.redact import redact
 from sidecar.timefmt import iso_or_none, iso_utc
 
 log = logging.getLogger("sidecar.approvals")
+
+
+def _who(approver: Approver) -> dict[str, str]:
+    """The audit line's view of an approver: never a token, only its fingerprint."""
+    return {"approver": approver.name, "credential": approver.credential, "via": approver.via.value}
 
 
 def approval_json(a: Approval) -> dict[str, Any]:
@@ -45,9 +52,15 @@ class ApprovalService:
         self.store = store
         self.metrics = metrics
         self.notifier = notifier or WebhookNotifier(settings.approvals, metrics)
+        # Slack interactive approvals, when configured: the request message with its buttons.
+        slack = settings.approvals.slack
+        self.slack = SlackApprovals(slack, metrics) if slack is not None else None
+        # Who may decide what: the approval's group, or the operator's admin group.
+        self.rule = DecisionRule(settings.approvals.admin_group)
         # Set by `sidecar.app.start` to the bound admin address unless configured.
         self.admin_url = (settings.approvals.admin_url or "").rstrip("/") or None
         self._waiters: dict[str, tuple[asyncio.Event, int]] = {}
+        self._draining = False  # a drain began: holds end now, answered as deferred
         self._create_lock = asyncio.Lock()
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -71,6 +84,8 @@ class ApprovalService:
                 await self._sweeper
             self._sweeper = None
         await self.notifier.close()
+        if self.slack is not None:
+            await self.slack.close()
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -144,7 +159,11 @@ class ApprovalService:
             await self.store.create_approval(a)
         self._audit("requested", a)
         self.notifier.notify(self.webhook_payload(a))
-        await self.refresh_pending()
+        if self.slack is not None:
+            self.slack.request(a)
+        # O(1) per approval (a recount lists every pending one): the sweep recounts from the
+        # store every `sweep_interval_s`, which also brings in other replicas' approvals.
+        self.metrics.approvals_pending_add(1)
         return a, True
 
     async def consume(self, a: Approval, call_id: str) -> bool:
@@ -168,7 +187,7 @@ class ApprovalService:
             while True:
                 a = await self.store.get_approval(approval_id)
                 remaining = deadline - loop.time()
-                if a is None or a.status != "pending" or remaining <= 0:
+                if a is None or a.status != "pending" or remaining <= 0 or self._draining:
                     return a
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), min(self.settings.approvals.poll_interval_s, remaining))
@@ -179,6 +198,13 @@ class ApprovalService:
             else:
                 self._waiters[approval_id] = (event, users - 1)
 
+    def release_holds(self) -> None:
+        """A drain began: every held call is answered now (still pending: deferred), and calls
+        that would be held from now on are deferred at once."""
+        self._draining = True
+        for event, _ in self._waiters.values():
+            event.set()
+
     def _wake(self, approval_id: str) -> None:
         entry = self._waiters.get(approval_id)
         if entry is not None:
@@ -186,14 +212,36 @@ class ApprovalService:
 
     # -- the human side ------------------------------------------------------------------
 
-    async def decide(self, approval_id: str, decision: Decision, by: str, comment: str | None, token: str) -> Approval:
-        """Atomic pending → approved/denied. Raises ApprovalConflict / ApprovalNotFound."""
-        a = await self.store.decide_approval(approval_id, decision, by, comment, self.clock())
+    async def decide(self, approval_id: str, decision: Decision, approver: Approver, comment: str | None) -> Approval:
+        """Atomic pending → approved/denied, recorded as decided by `approver.name`.
+
+        Only an approver in the approval's group (or the admin group) may decide: anyone else
+        gets ApprovalForbidden, counted and audited, and nothing changes. The group of a record
+        never changes, so checking it before the atomic decision is not a race.
+        Raises ApprovalForbidden / ApprovalConflict / ApprovalNotFound."""
+        current = await self.store.get_approval(approval_id)
+        if current is None:
+            raise ApprovalNotFound(approval_id)
+        if not self.rule.allows(approver, current.group):
+            self.refused(approver.via, RefusalReason.OUTSIDE_GROUP)
+            self._audit("refused", current, **_who(approver), attempted=decision)
+            raise ApprovalForbidden(approval_id, current.group, approver)
+        a = await self.store.decide_approval(approval_id, decision, approver.name, comment, self.clock())
         self.metrics.approval(decision)
-        self._audit(decision, a, token=token)
+        self._audit(decision, a, **_who(approver), via_admin_group=current.group not in approver.groups)
         self._wake(approval_id)
         await self.refresh_pending()
         return a
+
+    async def conflict_message(self, approval_id: str, conflict: ApprovalConflict, decision: Decision) -> str:
+        """What a person is told when someone else decided first (or the approval expired)."""
+        current = await self.store.get_approval(approval_id)
+        by = f" by {current.decided_by}" if current is not None and current.decided_by else ""
+        return f"approval {approval_id} is already {conflict.status}{by}; it can no longer be {decision}"
+
+    def refused(self, via: Channel, reason: RefusalReason) -> None:
+        """A decision refused after authentication (outside the group, an unmapped Slack user)."""
+        self.metrics.approval_decision_refused(via, reason)
 
     # -- audit and notification ------------------------------------------------------------
 

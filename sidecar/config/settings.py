@@ -83,6 +83,9 @@ class RejectionLogSettings(_Section):
     redact_keys: list[str] = Field(
         default_factory=lambda: ["password", "secret", "token", "api_key", "authorization", "credential"]
     )
+    # String values (arguments, raw argument text) longer than this are cut, their size kept:
+    # one hostile call cannot write megabytes per line.
+    max_value_bytes: int = Field(4096, ge=64)
 
 
 class DecisionLogSettings(_Section):
@@ -120,6 +123,20 @@ class StateSettings(_Section):
     max_result_bytes: int = Field(4096, ge=0)
 
 
+class SlackSettings(_Section):
+    """Slack interactive approvals: each new approval is posted to `channel` with approve/deny
+    buttons; Slack calls back `POST /slack/interactions` on the admin port, signed with the app's
+    signing secret; `users_file` maps Slack user ids to approvers (`USER_ID NAME GROUP,GROUP`)."""
+
+    signing_secret: str = Field(min_length=1)
+    bot_token: str = Field(min_length=1)
+    channel: str = Field(min_length=1)
+    users_file: str = Field(min_length=1)
+    # Slack's Web API; tests point it at a stand-in on loopback.
+    api_url: str = "https://slack.com/api/"
+    timeout_s: float = Field(10.0, gt=0)
+
+
 class ApprovalSettings(_Section):
     mode: Literal["defer", "hold"] = "defer"
     hold_timeout_s: float = Field(300.0, gt=0)
@@ -136,6 +153,11 @@ class ApprovalSettings(_Section):
     # Admin API URL people can reach, for the approve/deny links in notifications
     # (default: the address the admin port is bound to).
     admin_url: str | None = None
+    # Approvers in this group may decide (and see) approvals of every group. Unset: nobody may
+    # decide outside their own groups.
+    admin_group: str | None = Field(None, min_length=1, pattern=r"^[^\s,]+$")
+    # Slack interactive approvals (docs/approvals.md); off unless configured.
+    slack: SlackSettings | None = None
 
 
 class LimitsSettings(_Section):
@@ -144,13 +166,14 @@ class LimitsSettings(_Section):
     # A streamed reply is held from its first tool call until the set is checked: above this,
     # the reply is refused (in-stream error), never buffered further.
     max_held_stream_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
+    # A whole (non-streamed) reply, or a repair round's, is read into memory: above this it is
+    # refused with a provider-shaped 502.
+    max_reply_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024)
     # Compiled tool schemas kept (by their size in bytes, LRU).
     schema_cache_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)
     # A declared schema larger than this is not compiled on the event loop: calls to that tool
     # are refused as unusable declarations (a real tool schema is a few KiB).
     max_schema_bytes: int = Field(512 * 1024, ge=1024)
-    # Argument values longer than this are cut in the rejection log (the size is kept).
-    rejection_log_max_value_bytes: int = Field(4096, ge=64)
 
 
 class InventorySettings(_Section):
@@ -234,6 +257,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     upstream_timeout_s: float = Field(600.0, gt=0)
     upstream_connect_timeout_s: float = Field(10.0, gt=0)
+    # Graceful drain on SIGTERM (docs/operations.md): /readyz turns 503 at once, new connections
+    # are still accepted for `drain_delay_s` (while endpoints update), then refused; in-flight
+    # exchanges and streams get `shutdown_grace_s` in all (keep it under Kubernetes'
+    # terminationGracePeriodSeconds, 30 s by default); held approvals are answered as deferred.
+    shutdown_grace_s: float = Field(25.0, gt=0)
+    drain_delay_s: float = Field(2.0, ge=0)
     session_header: str = "X-Sidecar-Session"
     admin_token: str | None = None
     admin_token_file: str | None = None

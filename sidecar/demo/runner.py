@@ -29,6 +29,11 @@ from sidecar.scripted import ScriptedModel
 POLICIES = "example:support"
 # Not a secret: it only opens this demo's admin port on loopback, for the approvals CLI.
 ADMIN_TOKEN = "demo-admin-token-not-a-secret"
+# Who that token is on the sidecar (`TOKEN NAME GROUP,GROUP`): the support lead, in the group the
+# support example's data.json asks to approve customer replies. The CLI sends only the token;
+# the name the sidecar records (and the CLI prints) comes from here.
+APPROVER = "lee"
+APPROVER_GROUPS = "support-leads"
 
 
 def _print(line: str) -> None:
@@ -82,8 +87,9 @@ class DemoResult:
 
     @property
     def counted(self) -> dict[str, dict[str, int]]:
+        # Tools the agent declared but the model never called are listed too (their lint, drift).
         tools = self.status.get("tools") or {}
-        return {name: dict(stats.get("calls_by_verdict") or {}) for name, stats in tools.items()}
+        return {name: dict(stats["calls_by_verdict"]) for name, stats in tools.items() if stats.get("calls_by_verdict")}
 
     @property
     def repair_rounds_counted(self) -> int:
@@ -169,7 +175,7 @@ async def play(
                     "openai_upstream": model.url,
                     "rejection_log": {"path": str(log)},
                     "policies": POLICIES,
-                    "admin_token": ADMIN_TOKEN,
+                    "admin_token": f"{ADMIN_TOKEN} {APPROVER} {APPROVER_GROUPS}",
                     "policy": {"decision_log": {"path": decision_log}},
                 },
                 environ={},

@@ -46,7 +46,7 @@ async def _support_lead_approves(demo: DemoContext) -> None:
     waiting = [line.split()[0] for line in listing.splitlines()[1:] if line.startswith("apr_")]
     if len(waiting) != 1:
         raise RuntimeError(f"expected one pending approval, the list shows {len(waiting)}")
-    await demo.run("approvals", "approve", waiting[0], "--by", "lee", "--comment", "partner address, fine")
+    await demo.run("approvals", "approve", waiting[0], "--comment", "partner address, fine")
 
 
 SCENES: list[Scene] = [
@@ -100,8 +100,9 @@ SCENES: list[Scene] = [
             Turn(text="Done: Bob has been told."),
         ],
         "The support example asks a support lead to approve every customer reply (data.json: approval of "
-        "support_replies_send). Only a person with an admin token can approve, with the real CLI above; the "
-        "approval covers exactly this call (session, tool, arguments) and lets it through once.",
+        "support_replies_send). Only an admin token in that group can approve, with the real CLI above, and the "
+        "approver recorded is the token's identity (lee), not anything the CLI says; the approval covers exactly "
+        "this call (session, tool, arguments) and lets it through once.",
         then=[(_support_lead_approves, "It is approved, please send it now.")],
     ),
     Scene(

@@ -24,7 +24,10 @@ from sidecar.dialects.base import (
     as_list,
     compact,
     event_json,
+    frame_length,
+    json_length,
     parse_arguments,
+    token_count,
 )
 from sidecar.dialects.sse import SSEEvent, format_event
 from sidecar.model import (
@@ -35,10 +38,15 @@ from sidecar.model import (
     Provider,
     Reply,
     RequestView,
+    SpanKind,
+    ThreadMode,
+    ThreadRef,
+    TokenUsage,
     ToolCall,
     ToolDeclaration,
     ToolKind,
     ToolResult,
+    ToolSpan,
 )
 
 ERROR_TYPES = {
@@ -73,6 +81,12 @@ _CLIENT_TOOL_TYPES = ("bash_", "text_editor_", "computer_", "memory_")
 
 def _is_server_block(kind: Any) -> bool:
     return isinstance(kind, str) and kind != "tool_use" and kind.endswith("tool_use")
+
+
+# What a tool_use / tool_result block takes besides its id, name and payload.
+_CALL_FRAME = frame_length({"type": "tool_use", "id": "", "name": "", "input": None})
+_RESULT_FRAME = frame_length({"type": "tool_result", "tool_use_id": "", "content": None})
+_REASONING = frozenset({"thinking", "redacted_thinking"})
 
 
 def _kind(block: dict[str, Any]) -> ItemKind:
@@ -113,6 +127,22 @@ def _stop_reason(reply: Reply) -> Any:
     return reason
 
 
+def _thread(value: Any) -> ThreadRef | None:
+    """The request's `thread` field (message threads beta); None when absent or unreadable."""
+    if not isinstance(value, dict):
+        return None
+    if value.get("type") == ThreadMode.CREATE.value:
+        return ThreadRef(ThreadMode.CREATE)
+    previous = value.get("previous_message_id")
+    if value.get("type") == ThreadMode.CONTINUE.value and isinstance(previous, str) and previous:
+        return ThreadRef(ThreadMode.CONTINUE, previous)
+    return None
+
+
+# Fields a thread keeps from its create request: a `continue` must not send them.
+THREAD_FIELDS = ("system", "tools")
+
+
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -127,7 +157,9 @@ class AnthropicDialect(Dialect):
     client_tool_types = (None, "custom")
     schema_key = "input_schema"
     forced_choice_type = "tool"
-    summary_keys = ("stop_reason", "stop_sequence", "stop_details")
+    # `id` too: a message thread holds the last round's message, and the agent's next turn
+    # must continue from the message that holds what it was given.
+    summary_keys = ("id", "stop_reason", "stop_sequence", "stop_details")
 
     def client_tool_name(self, tool: Any) -> str | None:
         """Tools with a schema (no `type`, or `custom`) and the client tools Anthropic defines."""
@@ -176,6 +208,7 @@ class AnthropicDialect(Dialect):
         view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
         view.declarations = self.declarations(body)
         view.server_tools = self.server_tools(body)
+        view.thread = _thread(body.get("thread"))
         metadata = body.get("metadata")
         if isinstance(metadata, dict) and metadata.get("user_id"):
             view.session_hint = str(metadata["user_id"])
@@ -214,12 +247,39 @@ class AnthropicDialect(Dialect):
             {"type": "tool_result", "tool_use_id": call.id, "content": compact(payload), "is_error": True}
             for call, payload in outputs
         ]
+        answer = {"role": "user", "content": results}
+        reply_id = self.response_id(reply)
+        if _thread(request.get("thread")) is not None and reply_id:
+            # The thread holds the refused message: continue from it with only the answers
+            # (and without the fields the thread keeps, which a `continue` must not repeat).
+            body = {k: v for k, v in request.items() if k not in THREAD_FIELDS}
+            thread = {"type": ThreadMode.CONTINUE.value, "previous_message_id": reply_id}
+            return {**body, "thread": thread, "messages": [answer], "stream": False}
         messages = [
             *as_list(request.get("messages")),
             {"role": "assistant", "content": [item.wire for item in reply.items]},
-            {"role": "user", "content": results},
+            answer,
         ]
         return {**request, "messages": messages, "stream": False}
+
+    def add_withheld_outputs(self, body: dict[str, Any], outputs: dict[str, str]) -> dict[str, Any]:
+        """A thread continuation after a turn whose calls the agent never saw: the thread still
+        holds them, so they are answered first, in the user message that follows them."""
+        messages = [m for m in as_list(body.get("messages")) if isinstance(m, dict)]
+        first = messages[0] if messages and messages[0].get("role") == "user" else None
+        content = first.get("content") if first is not None else []
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else as_list(content)
+        answered = {b.get("tool_use_id") for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"}
+        extra = [
+            {"type": "tool_result", "tool_use_id": call_id, "content": output, "is_error": True}
+            for call_id, output in outputs.items()
+            if call_id not in answered
+        ]
+        if not extra:
+            return body
+        user = {**(first or {"role": "user"}), "content": [*extra, *blocks]}
+        rest = messages[1:] if first is not None else messages
+        return {**body, "messages": [user, *rest]}
 
     def read_reply(self, body: dict[str, Any]) -> Reply:
         envelope = dict(body)
@@ -283,6 +343,49 @@ class AnthropicDialect(Dialect):
         return format_event(orjson.dumps(delta), "message_delta") + format_event(
             b'{"type":"message_stop"}', "message_stop"
         )
+
+    def usage(self, envelope: dict[str, Any]) -> TokenUsage | None:
+        """`input_tokens` excludes cache reads and writes: the neutral `input` adds them back."""
+        usage = envelope.get("usage")
+        if not isinstance(usage, dict):
+            return None
+        read = token_count(usage.get("cache_read_input_tokens"))
+        write = token_count(usage.get("cache_creation_input_tokens"))
+        return TokenUsage(
+            input=token_count(usage.get("input_tokens")) + read + write,
+            cache_read=read,
+            cache_write=write,
+            output=token_count(usage.get("output_tokens")),
+            reasoning=token_count(as_dict(usage.get("output_tokens_details")).get("thinking_tokens")),
+        )
+
+    def output_size(self, item: Item) -> int:
+        kind = item.wire.get("type")
+        if kind == "thinking":
+            return len(str(item.wire.get("thinking") or ""))
+        if kind == "server_tool_use":  # written by the model, run by the provider
+            return len(str(item.wire.get("name") or "")) + json_length(item.wire.get("input"))
+        return super().output_size(item)
+
+    def is_reasoning(self, item: Item) -> bool:
+        return item.wire.get("type") in _REASONING
+
+    def tool_spans(self, body: dict[str, Any]) -> list[ToolSpan]:
+        messages = [m for m in as_list(body.get("messages")) if isinstance(m, dict)]
+        turn = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=0)
+        spans: list[ToolSpan] = []
+        for position, message in enumerate(messages):
+            for block in as_list(message.get("content")):
+                kind = block.get("type") if isinstance(block, dict) else None
+                if kind == "tool_use":
+                    call_id, name = str(block.get("id", "")), str(block.get("name", ""))
+                    size = _CALL_FRAME + len(call_id) + len(name) + json_length(block.get("input"))
+                    spans.append(ToolSpan(SpanKind.CALL, call_id, size, name, position >= turn))
+                elif kind == "tool_result":
+                    call_id = str(block.get("tool_use_id", ""))
+                    size = _RESULT_FRAME + len(call_id) + json_length(block.get("content", ""))
+                    spans.append(ToolSpan(SpanKind.RESULT, call_id, size, None, position >= turn))
+        return spans
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         return {

@@ -17,7 +17,18 @@ from typing import Any, ClassVar
 import orjson
 
 from sidecar.dialects.sse import SSEEvent
-from sidecar.model import Frame, Item, ItemKind, Provider, Reply, RequestView, ToolCall, ToolDeclaration
+from sidecar.model import (
+    Frame,
+    Item,
+    ItemKind,
+    Provider,
+    Reply,
+    RequestView,
+    TokenUsage,
+    ToolCall,
+    ToolDeclaration,
+    ToolSpan,
+)
 
 # orjson writes at most this many nested arrays/objects; deeper values could be read but never
 # written back (a repair round, a rewritten reply), so `loads` refuses them.
@@ -372,6 +383,31 @@ class Dialect(ABC):
         value = reply.envelope.get("id")
         return value if isinstance(value, str) else None
 
+    # -- token accounting (sidecar/filters/cost.py) ---------------------------------------
+    def usage(self, envelope: dict[str, Any]) -> TokenUsage | None:
+        """The reply's token usage in neutral form; None when the reply reports none."""
+        return None
+
+    def output_size(self, item: Item) -> int:
+        """Characters the model wrote for an item: a call's name and arguments, a text's text.
+        Items the model did not write (server tool results) or that are opaque count 0."""
+        if item.call is not None:
+            return len(item.call.name) + len(item.call.raw_arguments)
+        return len(self.item_text(item))
+
+    def is_reasoning(self, item: Item) -> bool:
+        """A thinking / reasoning item (its tokens are the usage's reasoning tokens, when reported)."""
+        return False
+
+    def tool_spans(self, body: dict[str, Any]) -> list[ToolSpan]:
+        """Every tool call and result the request carries (history included), in order, sized."""
+        return []
+
+    def history_at_provider(self, body: dict[str, Any]) -> bool:
+        """The request continues a conversation the provider holds (its input tokens cover
+        history that is not in the request body)."""
+        return False
+
 
 def add_numbers(total: dict[str, Any], extra: dict[str, Any]) -> None:
     """Recursive sum of numeric fields (usage objects nest their details)."""
@@ -386,6 +422,36 @@ def add_numbers(total: dict[str, Any], extra: dict[str, Any]) -> None:
                 current = {}
                 total[key] = current
             add_numbers(current, value)
+
+
+def token_count(value: Any) -> int:
+    """A usage field: a non-negative integer, anything else 0 (never raises on odd wire values)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return 0
+    return max(0, int(value))
+
+
+def json_length(value: Any) -> int:
+    """About how many characters `value` takes as compact JSON, without writing it: a walk over
+    what was already parsed. Strings count their quotes, backslashes and newlines twice (as JSON
+    escapes them; other control characters, rare in text, once); numbers count their text."""
+    if isinstance(value, str):
+        return len(value) + 2 + value.count('"') + value.count("\\") + value.count("\n")
+    if isinstance(value, dict):
+        return 1 + sum(len(k) + 4 + json_length(v) for k, v in value.items()) if value else 2
+    if isinstance(value, list):
+        return 1 + sum(1 + json_length(v) for v in value) if value else 2
+    if value is None or value is True:
+        return 4
+    if value is False:
+        return 5
+    return len(repr(value))
+
+
+def frame_length(skeleton: dict[str, Any]) -> int:
+    """Characters of a wire block's JSON besides its ids, names and payload: `skeleton` has
+    those strings empty and the payload null."""
+    return len(compact(skeleton)) - len("null")
 
 
 def event_json(event: Frame) -> Any:

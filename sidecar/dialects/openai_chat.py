@@ -39,7 +39,10 @@ from sidecar.dialects.base import (
     as_index,
     as_list,
     compact,
+    frame_length,
+    json_length,
     parse_arguments,
+    token_count,
 )
 from sidecar.dialects.sse import SSEEvent, format_event
 from sidecar.model import (
@@ -49,10 +52,13 @@ from sidecar.model import (
     Provider,
     Reply,
     RequestView,
+    SpanKind,
+    TokenUsage,
     ToolCall,
     ToolDeclaration,
     ToolKind,
     ToolResult,
+    ToolSpan,
 )
 
 log = logging.getLogger("sidecar.dialects.openai_chat")
@@ -74,6 +80,10 @@ _DONE = b"data: [DONE]\n\n"
 LEGACY = "function_call"  # the message/delta field, the finish reason, the call id prefix
 _CALL_FINISHES = ("tool_calls", LEGACY)
 _ENVELOPE_KEYS = ("id", "object", "created", "model", "service_tier", "system_fingerprint")
+# What a call / result takes in a request besides its id, name and payload.
+_CALL_FRAME = frame_length({"id": "", "type": "function", "function": {"name": "", "arguments": None}})
+_LEGACY_FRAME = frame_length({LEGACY: {"name": "", "arguments": None}})
+_RESULT_FRAME = frame_length({"role": "tool", "tool_call_id": "", "content": None})
 
 
 def openai_error_body(status: int, message: str) -> dict[str, Any]:
@@ -353,6 +363,46 @@ class OpenAIChatDialect(Dialect):
 
     def assembler(self) -> StreamAssembler:
         return _ChatStream()
+
+    def usage(self, envelope: dict[str, Any]) -> TokenUsage | None:
+        """`prompt_tokens` includes `prompt_tokens_details.cached_tokens`; OpenAI reports no cache writes."""
+        usage = envelope.get("usage")
+        if not isinstance(usage, dict):
+            return None
+        return TokenUsage(
+            input=token_count(usage.get("prompt_tokens")),
+            cache_read=token_count(as_dict(usage.get("prompt_tokens_details")).get("cached_tokens")),
+            output=token_count(usage.get("completion_tokens")),
+            reasoning=token_count(as_dict(usage.get("completion_tokens_details")).get("reasoning_tokens")),
+        )
+
+    def tool_spans(self, body: dict[str, Any]) -> list[ToolSpan]:
+        messages = [m for m in as_list(body.get("messages")) if isinstance(m, dict)]
+        turn = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=0)
+        spans: list[ToolSpan] = []
+        legacy_id = ""
+        for position, message in enumerate(messages):
+            role, latest = message.get("role"), position >= turn
+            if role == "assistant":
+                for wire in as_list(message.get("tool_calls")):
+                    wire = as_dict(wire)
+                    function = as_dict(wire.get("function"))
+                    call_id, name = str(wire.get("id", "")), str(function.get("name", ""))
+                    size = _CALL_FRAME + len(call_id) + len(name) + json_length(function.get("arguments"))
+                    spans.append(ToolSpan(SpanKind.CALL, call_id, size, name, latest))
+                legacy = message.get(LEGACY)
+                if isinstance(legacy, dict):
+                    legacy_id, name = legacy_history_id(position), str(legacy.get("name", ""))
+                    size = _LEGACY_FRAME + len(name) + json_length(legacy.get("arguments"))
+                    spans.append(ToolSpan(SpanKind.CALL, legacy_id, size, name, latest))
+            elif role in ("tool", "function"):
+                call_id = str(message.get("tool_call_id", "")) if role == "tool" else legacy_id
+                named = message.get("name")
+                size = _RESULT_FRAME + len(call_id) + json_length(message.get("content", ""))
+                spans.append(
+                    ToolSpan(SpanKind.RESULT, call_id, size, named if isinstance(named, str) else None, latest)
+                )
+        return spans
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         return openai_error_body(status, message)

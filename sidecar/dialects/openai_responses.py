@@ -29,8 +29,11 @@ from sidecar.dialects.base import (
     as_list,
     compact,
     event_json,
+    frame_length,
+    json_length,
     loads,
     parse_arguments,
+    token_count,
 )
 from sidecar.dialects.openai_chat import content_text, openai_error_body, result_size
 from sidecar.dialects.sse import SSEEvent, format_event
@@ -42,10 +45,13 @@ from sidecar.model import (
     Provider,
     Reply,
     RequestView,
+    SpanKind,
+    TokenUsage,
     ToolCall,
     ToolDeclaration,
     ToolKind,
     ToolResult,
+    ToolSpan,
 )
 
 _MODEL_ITEMS = {"function_call", "reasoning", "message", "custom_tool_call"}
@@ -127,6 +133,17 @@ def _object(value: Any) -> tuple[dict[str, Any] | None, str, str | None]:
     raw = value if isinstance(value, str) else ("" if value is None else compact(value))
     arguments, error = parse_arguments(raw)
     return arguments, raw, error
+
+
+# What a call / output item takes in a request besides its ids, name and payload.
+_CALL_FRAME = frame_length({"type": "function_call", "call_id": "", "name": "", "arguments": None})
+_RESULT_FRAME = frame_length({"type": "function_call_output", "call_id": "", "output": None})
+
+
+def _model_item(item: dict[str, Any]) -> bool:
+    """An item the model wrote: a message, reasoning, or any call (`_is_call_type`)."""
+    kind = item.get("type")
+    return (isinstance(kind, str) and (kind in _MODEL_ITEMS or _is_call_type(kind))) or item.get("role") == "assistant"
 
 
 def _call(wire: dict[str, Any], ordinal: int) -> ToolCall:
@@ -223,6 +240,14 @@ def _items(output: list[Any]) -> list[Item]:
     return items
 
 
+def conversation_id(body: dict[str, Any]) -> str | None:
+    """The request's `conversation` (an id, or `{"id": …}`), None when absent or unreadable."""
+    value = body.get("conversation")
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value if isinstance(value, str) and value else None
+
+
 class OpenAIResponsesDialect(Dialect):
     name = "openai_responses"
     provider = Provider.OPENAI
@@ -237,6 +262,7 @@ class OpenAIResponsesDialect(Dialect):
         previous = body.get("previous_response_id")
         view.previous_response_id = previous if isinstance(previous, str) else None
         view.store = body.get("store", True) is not False
+        view.conversation = conversation_id(body)
         items = body.get("input")
         if isinstance(items, str):
             view.session_seed = str(body.get("instructions") or "") + "\x00" + items
@@ -251,9 +277,7 @@ class OpenAIResponsesDialect(Dialect):
                 output = item.get("output", "")
                 call_id = str(item.get("call_id") or item.get("id"))
                 view.results.append(ToolResult(call_id, output, False, None, result_size(output)))
-            elif (isinstance(kind, str) and (kind in _MODEL_ITEMS or _is_call_type(kind))) or (
-                item.get("role") == "assistant"
-            ):
+            elif _model_item(item):
                 view.results = []
                 if isinstance(kind, str) and kind in _CLIENT_ITEMS:
                     call = _call(item, 0)
@@ -326,6 +350,13 @@ class OpenAIResponsesDialect(Dialect):
         answers = [answer for call, payload in outputs if (answer := _answer(call, compact(payload))) is not None]
         body = {**request, "stream": False}
         reply_id = self.response_id(reply)
+        if conversation_id(request) is not None:
+            # The conversation holds the refused response (its input and output were added to
+            # it): only the answers go, and never `previous_response_id` with `conversation`
+            # (the API refuses the pair as mutually exclusive).
+            body.pop("previous_response_id", None)
+            body["input"] = answers
+            return body
         if request.get("store", True) is not False and reply_id:
             # The provider holds the conversation: continue from the refused response.
             body["previous_response_id"] = reply_id
@@ -404,6 +435,42 @@ class OpenAIResponsesDialect(Dialect):
 
     def assembler(self) -> StreamAssembler:
         return _ResponsesStream()
+
+    def usage(self, envelope: dict[str, Any]) -> TokenUsage | None:
+        """`input_tokens` includes `input_tokens_details.cached_tokens`; no cache writes reported."""
+        usage = envelope.get("usage")
+        if not isinstance(usage, dict):
+            return None
+        return TokenUsage(
+            input=token_count(usage.get("input_tokens")),
+            cache_read=token_count(as_dict(usage.get("input_tokens_details")).get("cached_tokens")),
+            output=token_count(usage.get("output_tokens")),
+            reasoning=token_count(as_dict(usage.get("output_tokens_details")).get("reasoning_tokens")),
+        )
+
+    def is_reasoning(self, item: Item) -> bool:
+        return item.wire.get("type") == "reasoning"
+
+    def tool_spans(self, body: dict[str, Any]) -> list[ToolSpan]:
+        items = [i for i in as_list(body.get("input")) if isinstance(i, dict)]
+        # The latest model turn: the last run of model items (reasoning, calls, messages).
+        turn = max((i for i, item in enumerate(items) if _model_item(item)), default=0)
+        while turn > 0 and _model_item(items[turn - 1]):
+            turn -= 1
+        spans: list[ToolSpan] = []
+        for position, item in enumerate(items):
+            kind, call_id = item.get("type"), str(item.get("call_id", ""))
+            if kind == "function_call":
+                name = str(item.get("name", ""))
+                size = _CALL_FRAME + len(call_id) + len(name) + json_length(item.get("arguments"))
+                spans.append(ToolSpan(SpanKind.CALL, call_id, size, name, position >= turn))
+            elif kind == "function_call_output":
+                size = _RESULT_FRAME + len(call_id) + json_length(item.get("output", ""))
+                spans.append(ToolSpan(SpanKind.RESULT, call_id, size, None, position >= turn))
+        return spans
+
+    def history_at_provider(self, body: dict[str, Any]) -> bool:
+        return bool(body.get("previous_response_id") or body.get("conversation"))
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         return openai_error_body(status, message)

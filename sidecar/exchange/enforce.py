@@ -9,9 +9,9 @@ What the agent reads after repair rounds is one natural assistant turn (docs/enf
 - the original reply's items before its first call (its preamble; in a stream the agent
   already has them) open the turn;
 - from the last round: its calls and the non-text items that go with them (thinking,
-  reasoning); its text is dropped while it still calls tools (it was written in answer to
-  errors the agent never saw, or repeats the preamble), and kept when it no longer does
-  (the model gave up or answered: that text is the turn's answer);
+  reasoning); its text is dropped while it still calls tools, blocked or not (it was written
+  in answer to errors the agent never saw, or repeats the preamble), and kept when it no
+  longer does (the model gave up or answered: that text is the turn's answer);
 - sidecar text (a block explanation) is its own item and starts with a blank line when it
   follows model text, so agents that join text blocks keep the two apart.
 """
@@ -26,7 +26,7 @@ from typing import Any
 from sidecar.config import Settings
 from sidecar.exchange.filters import FilterChain, FilterFailed
 from sidecar.exchange.state import Action, CallCheck, Exchange, Plan, RepairOutcome
-from sidecar.model import NOT_RUN_PAYLOAD, ItemKind, Reply, ToolCall
+from sidecar.model import NOT_RUN_PAYLOAD, ItemKind, Reply, ToolCall, VerdictKind
 
 log = logging.getLogger("sidecar.enforce")
 
@@ -63,6 +63,18 @@ def explanation(checks: list[CallCheck], why: str | None = None) -> str:
         else:
             lines.append(f"- {call.name} ({call.id}): {check.verdict.summary()}")
     return "\n".join(lines)
+
+
+def _in_turn_duplicates(checks: list[CallCheck]) -> list[CallCheck] | None:
+    """The refused checks, if every one is a replay of an allowed call of the same turn."""
+    allowed = {check.call.id for check in checks if check.verdict.allowed}
+    refused = [check for check in checks if check.refused]
+    if refused and all(
+        check.verdict.kind is VerdictKind.REPLAY and check.verdict.details.get("original_call_id") in allowed
+        for check in refused
+    ):
+        return refused
+    return None
 
 
 class Enforcer:
@@ -102,9 +114,28 @@ class Enforcer:
             await self.chain.checked(ex, checks)
             return Settlement(reply, reply.rewritten, delivered=reply.client_calls, checks=checks)
         if plan is Plan.BLOCK:
+            duplicates = _in_turn_duplicates(checks)
+            if duplicates is not None:
+                return await self._drop_duplicates(ex, reply, checks, duplicates)
             await self._mark_blocked(ex, checks)
             return Settlement(self.block(ex, reply, checks), True, checks=checks)
         return await self._repair(ex, reply, cut, checks)
+
+    async def _drop_duplicates(
+        self, ex: Exchange, reply: Reply, checks: list[CallCheck], duplicates: list[CallCheck]
+    ) -> Settlement:
+        """Block mode, when the only refusals are repeats of another call of the same turn: that
+        call runs once (it was allowed), its repeats are removed and explained."""
+        for check in duplicates:
+            check.action = Action.BLOCKED
+        await self.chain.checked(ex, checks)
+        dropped = {id(check.call) for check in duplicates}
+        dialect = ex.dialect
+        items = [item for item in reply.items if item.call is None or id(item.call) not in dropped]
+        text = explanation(duplicates)
+        items.append(dialect.text_item(SEPARATOR + text if dialect.has_text(items) else text))
+        kept = [check.call for check in checks if id(check.call) not in dropped]
+        return Settlement(Reply(reply.envelope, items, reply.complete), True, delivered=kept, checks=checks)
 
     async def _repair(self, ex: Exchange, first: Reply, cut: int, checks: list[CallCheck]) -> Settlement:
         dialect = ex.dialect
@@ -168,6 +199,12 @@ class Enforcer:
             await self._mark_blocked(ex, checks)
         else:
             self._set_blocked(checks)
+        if spent:
+            # A repair round's text still answers errors the agent never saw: only its
+            # non-text items go with the explanation (see the module docstring).
+            current = Reply(
+                current.envelope, [i for i in current.items if i.kind is not ItemKind.TEXT], current.complete
+            )
         blocked = self.block(ex, current, checks)
         final = self._merge(ex, first, cut, blocked, spent) if spent else blocked
         return Settlement(final, True, ex.repair_rounds, checks=checks)

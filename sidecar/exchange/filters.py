@@ -25,6 +25,7 @@ Hooks, in the order an exchange meets them (see `sidecar/exchange/runner.py`):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import ClassVar
@@ -33,6 +34,10 @@ from sidecar.exchange.state import CallCheck, End, Exchange, RepairOutcome, Tool
 from sidecar.model import Reply, ToolCall, Verdict, VerdictKind
 
 log = logging.getLogger("sidecar.exchange")
+
+# Checks between two yields to the event loop while judging one turn (filters whose store
+# answers from memory never await anything real).
+_YIELD_EVERY = 16
 
 HOOKS = (
     "on_request",
@@ -47,6 +52,14 @@ HOOKS = (
     "on_delivered",
     "on_done",
 )
+
+
+async def pause(position: int) -> None:
+    """Let the event loop run every few items of a long loop over one turn's calls: a turn of
+    thousands of calls must not hold it (filters whose store answers from memory never await
+    anything real)."""
+    if position and position % _YIELD_EVERY == 0:
+        await asyncio.sleep(0)
 
 
 class Filter:
@@ -179,7 +192,8 @@ class FilterChain:
         A critical filter that raises refuses that call (fail closed); the others go on.
         """
         checks = [CallCheck(call, ex, len(calls), round) for call in calls]
-        for check in checks:
+        for position, check in enumerate(checks):
+            await pause(position)
             try:
                 for f in self._by_hook["look_up"]:
                     await self._run(f, "look_up", f.look_up(check))

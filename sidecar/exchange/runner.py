@@ -34,6 +34,7 @@ from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
 from sidecar.exchange.filters import FilterChain, FilterFailed
 from sidecar.exchange.state import End, Exchange, Origin, Outcome
 from sidecar.model import Frame, RefusalReason, Reply
+from sidecar.telemetry.redact import redact_text
 
 log = logging.getLogger("sidecar.exchange")
 
@@ -73,8 +74,6 @@ class UpstreamAnswer(Protocol):
     status: int
     reason: str | None
     headers: Mapping[str, str]
-
-    async def read(self) -> bytes: ...
 
     async def chunk(self) -> bytes:
         """The next bytes of the body as they arrive; b"" at the end."""
@@ -238,7 +237,7 @@ class ExchangeRunner:
                     held = await self._relay(ex, answer, agent)
                 else:
                     end.stream = False
-                    raw = await self._timed(ex, answer.read())
+                    raw = await self._timed(ex, self._read_bounded(answer))
                     await self.chain.upstream(ex, answer.status, ex.upstream_seconds)
                     parsed = self._model_reply(ex, answer.status, content_type, raw)
                     if parsed is None:  # an error or a body that carries no reply: as it came
@@ -308,6 +307,18 @@ class ExchangeRunner:
             raise Refused(502, RefusalReason.FRAMING, "the upstream reply is not a JSON object")
         return parsed
 
+    async def _read_bounded(self, answer: UpstreamAnswer) -> bytes:
+        """The whole body, refused above `limits.max_reply_bytes` (memory is never the upstream's)."""
+        limit = self.settings.limits.max_reply_bytes
+        parts: list[bytes] = []
+        size = 0
+        while chunk := await answer.chunk():
+            size += len(chunk)
+            if size > limit:
+                raise Refused(502, RefusalReason.SIZE, f"the upstream reply exceeds the sidecar limit of {limit} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+
     async def _timed(self, ex: Exchange, step: Awaitable[T]) -> T:
         started = time.perf_counter()
         try:
@@ -359,7 +370,10 @@ class ExchangeRunner:
         sent = time.perf_counter()
         try:
             async with self.upstream.open(ex, orjson.dumps(body)) as answer:
-                raw = await answer.read()
+                try:
+                    raw = await self._read_bounded(answer)
+                except Refused as refused:
+                    raise RepairFailed(refused.message) from None
                 status = answer.status
         except UpstreamError as exc:
             self._upstream_failed(ex, exc)
@@ -373,7 +387,8 @@ class ExchangeRunner:
         except TooDeep as exc:
             raise RepairFailed(str(exc)) from exc
         if status != 200 or parsed is None:
-            raise RepairFailed(f"upstream answered {status}: {raw[:300]!r}")
+            # The provider's error body may quote what it was sent (keys, tool results).
+            raise RepairFailed(redact_text(f"upstream answered {status}: {raw[:300]!r}"))
         return parsed
 
 

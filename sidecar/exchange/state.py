@@ -20,7 +20,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from sidecar.dialects.base import Dialect
-from sidecar.model import Provider, RequestView, ToolCall, Verdict
+from sidecar.model import Provider, RequestView, Session, SessionSource, ToolCall, Verdict
 
 T = TypeVar("T")
 
@@ -123,7 +123,7 @@ class Exchange:
     id: str
     provider: Provider
     dialect: Dialect
-    session: str
+    session: str  # the session id every filter keys its state by (see `session_source`)
     view: RequestView
     request: dict[str, Any]  # the body as it goes upstream (filters may edit it: hidden tools)
     url: URL
@@ -139,7 +139,18 @@ class Exchange:
     # A stream resumed (`?starting_after=N`): the stream is read from its start and the events
     # the agent already has (sequence number <= N) are checked but not sent again.
     resume_after: int | None = None
+    # Where `session` came from (DESIGN.md sessions): header, conversation, thread, chain, user, derived.
+    session_source: SessionSource = SessionSource.DERIVED
     _slots: dict[ExchangeKey[Any], Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def session_info(self) -> Session:
+        """The session as one typed value (id and source)."""
+        return Session(self.session, self.session_source)
+
+    def set_session(self, session: Session) -> None:
+        """Id and source change together (the conversation filter refines the session)."""
+        self.session, self.session_source = session.id, session.source
 
     def get(self, key: ExchangeKey[T]) -> T | None:
         return cast("T | None", self._slots.get(key))

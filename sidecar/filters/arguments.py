@@ -22,7 +22,8 @@ class ArgumentsFilter(Filter):
 
     def __init__(self, settings: Settings, lockdown: Lockdown | None = None) -> None:
         self.settings = settings
-        self.lockdown = lockdown or Lockdown()
+        limits = settings.limits
+        self.lockdown = lockdown or Lockdown(limits.schema_cache_bytes, limits.max_schema_bytes)
 
     async def on_call(self, check: CallCheck) -> Verdict | None:
         call = check.call
@@ -46,7 +47,10 @@ class ArgumentsFilter(Filter):
         elif declaration is not None and not declaration.has_schema and call.arguments is not None:
             verdict = Verdict.allow()  # no JSON Schema (grammar, provider-defined): the policy decides
         else:
-            verdict = self.lockdown.check(call, declaration, self.settings.lockdown_for(call.name), declarations.keys())
+            rules = self.settings.lockdown_for(call.name)
+            if declaration is not None and rules.enabled:
+                await self.lockdown.prepare(declaration, rules)  # a large schema compiles off the loop
+            verdict = self.lockdown.check(call, declaration, rules, declarations.keys())
         check.validation = verdict
         return None if verdict.allowed else verdict
 

@@ -30,6 +30,8 @@ Counts = tuple[int, dict[str, int]]
 # (calls_total, calls_by_tool) of the session before this exchange; looked up once per
 # exchange (nothing is delivered while it is settled), or set by a test.
 SESSION_COUNTS: ExchangeKey[Counts] = ExchangeKey("policy.session_counts")
+# The session those counts are of: a thread's first turn learns its session with the reply.
+_COUNTED_SESSION: ExchangeKey[str] = ExchangeKey("policy.counted_session")
 
 
 class PolicyPhase(Filter):
@@ -50,7 +52,7 @@ class PolicyPhase(Filter):
         """Without a ledger (none wired, or unavailable) the counts are zero: per-session
         limits cannot apply (the replay filter refuses side-effecting calls meanwhile)."""
         cached = ex.get(SESSION_COUNTS)
-        if cached is not None:
+        if cached is not None and ex.get(_COUNTED_SESSION) in (None, ex.session):
             return cached
         counts: Counts = (0, {})
         if self.state is not None:
@@ -60,11 +62,12 @@ class PolicyPhase(Filter):
             except StateUnavailable as exc:
                 log.warning("session counts unavailable for the policy input: %s", exc)
         ex.put(SESSION_COUNTS, counts)
+        ex.put(_COUNTED_SESSION, ex.session)
         return counts
 
     def input_base(self, ex: Exchange, phase: str, counts: Counts) -> dict[str, Any]:
         provider = ex.provider.value
-        return base_input(phase, provider, ex.view.model, self.agent, ex.session, counts, self.clock.now())
+        return base_input(phase, provider, ex.view.model, self.agent, ex.session_info, counts, self.clock.now())
 
 
 def verdict_for(decision: Decision) -> Verdict | None:

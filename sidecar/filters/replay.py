@@ -7,11 +7,14 @@ Where the decision lives: here, and nowhere else. One filter, four steps of an e
 - `on_call`: a tool with side effects that is not `repeatable` is refused with a REPLAY verdict
   when the same call already reached the agent. The enforcer answers the model from the ledger
   in a repair round (`status: replayed`, the original call's time, id and remembered result);
-  the agent never sees the duplicate. Two more duplicates are caught the same way: a call id
-  already delivered in this session (a model reply retried at the transport level: answered
-  even for `repeatable` tools, since it is the same call, not a new one), and identical
-  side-effecting calls within one turn (the first runs, the others are answered as its
-  replays). Tools without side effects, or `repeatable`, pass; the policy sees the count.
+  the agent never sees the duplicate. In a derived session (which may merge conversations that
+  begin alike) the remembered result goes to the model only when the request's history carries
+  the original call (`may_share`); otherwise the refusal stands without it. Two more
+  duplicates are caught the same way: a call id already delivered in this session (a model
+  reply retried at the transport level: answered even for `repeatable` tools, since it is the
+  same call, not a new one), and identical side-effecting calls within one turn (the first
+  runs, the others are answered as its replays). Tools without side effects, or `repeatable`,
+  pass; the policy sees the count.
 - `on_checked`: replays are counted by what happened (answered from the ledger, or let through).
 - `on_deliver`: every call is written to the ledger *before* it reaches the agent
   (insert-then-deliver, as the seed's `applyOnce` does), so no crash or failure between the two
@@ -44,7 +47,7 @@ from sidecar.config import Settings
 from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import Action, CallCheck, Exchange, ExchangeKey, Origin
 from sidecar.identity import call_key
-from sidecar.model import ToolCall, Verdict, VerdictKind
+from sidecar.model import SessionSource, ToolCall, Verdict, VerdictKind
 from sidecar.policy.traits import ToolTraits
 from sidecar.state import CallRecord, StateStore, StateUnavailable, may_proceed_without_state
 from sidecar.telemetry.metrics import Metrics
@@ -64,8 +67,15 @@ def call_replay_key(session: str, call: ToolCall) -> str:
     return call_key(session, call.name, call.canonical_arguments)
 
 
-def replay_verdict(call: ToolCall, first: CallRecord, why: str = "already run") -> Verdict:
-    """What the model is told instead of the call running twice (DESIGN.md `replayed`)."""
+def replay_verdict(call: ToolCall, first: CallRecord, why: str = "already run", shared: bool = True) -> Verdict:
+    """What the model is told instead of the call running twice (DESIGN.md `replayed`).
+
+    `shared`: the remembered result may be handed to this conversation (see `may_share`);
+    otherwise the call is refused all the same, and the model is told so without anything of
+    the conversation that made the first call (no result, no call id, no time).
+    """
+    if not shared:
+        return _unshared_verdict(call, why)
     at = rfc3339(first.delivered_at)
     if first.result is None:
         told = "its result has not arrived yet"
@@ -86,6 +96,31 @@ def replay_verdict(call: ToolCall, first: CallRecord, why: str = "already run") 
         f"the sidecar did not run it again: {told}"
     )
     return Verdict(VerdictKind.REPLAY, "replayed", reasons=[reason], retryable=False, details=details)
+
+
+def _unshared_verdict(call: ToolCall, why: str) -> Verdict:
+    reason = (
+        f"{call.name} was {why} with exactly these arguments in this session, by a conversation this one "
+        "cannot be shown to continue (the session is only derived from how the conversation began); "
+        "the sidecar did not run it again, and that conversation's result is not shared"
+    )
+    details = {"replayed": True, "result_shared": False}
+    return Verdict(VerdictKind.REPLAY, "replayed", reasons=[reason], retryable=False, details=details)
+
+
+def may_share(ex: Exchange, first: CallRecord) -> bool:
+    """Whether what the ledger remembers of `first` may go to this exchange's model.
+
+    A strong session (header, provider handle, user field) names one conversation or one
+    user: yes. A derived one may merge conversations that begin alike: only when this
+    request's history carries the very call (its id and tool), which proves it continues the
+    conversation that made it (call ids are the provider's, minted per model turn, so no other
+    conversation's history holds them). A conversation prefix would prove less and break
+    whenever an SDK re-serialises its history.
+    """
+    if ex.session_source is not SessionSource.DERIVED:
+        return True
+    return any(c.call_id == first.call_id and c.name == first.tool for c in ex.view.echoed_calls)
 
 
 def in_turn_verdict(call: ToolCall, first: ToolCall) -> Verdict:
@@ -172,11 +207,12 @@ class ReplayFilter(Filter):
             turn.redelivered.add(call.id)
             return None
         elif same is not None and side_effects:  # a transport retry of a delivered call
-            return replay_verdict(call, same, "already delivered under this call id")
+            ex = check.exchange
+            return replay_verdict(call, same, "already delivered under this call id", may_share(ex, same))
         guarded = side_effects and not self.traits.repeatable(call.name)
         first = found.first
         if guarded and first is not None and first.call_id != call.id:
-            return replay_verdict(call, first)
+            return replay_verdict(call, first, shared=may_share(check.exchange, first))
         earlier = turn.firsts.setdefault((check.round, found.key), call)
         if guarded and earlier is not call:
             return in_turn_verdict(call, earlier)

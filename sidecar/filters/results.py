@@ -95,8 +95,10 @@ class ResultMatcher(Filter):
         # When the request arrived (wall clock), not when this hook runs.
         arrived = self.clock() - (time.perf_counter() - exchange.started)
         echoed = {c.call_id: c.name for c in view.echoed_calls}
-        # With `previous_response_id` the calls live at the provider: absence proves nothing.
-        history_complete = not (view.previous_response_id and exchange.dialect.server_side_state)
+        # With `previous_response_id` or a conversation the calls live at the provider: absence
+        # proves nothing. (A thread continuation's previous calls are restored as echoed calls.)
+        held = view.previous_response_id or view.conversation
+        history_complete = not (held and exchange.dialect.server_side_state)
         records: list[ToolResultRecord] = []
         seen: set[str] = set()
         for result in view.results:

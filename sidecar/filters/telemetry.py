@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from sidecar.exchange.filters import Filter
+from sidecar.exchange.filters import Filter, pause
 from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, RepairOutcome, ToolResultRecord
 from sidecar.filters.results import DUPLICATE_RESULT
 from sidecar.model import Reply, Verdict
@@ -44,11 +44,18 @@ class TelemetryFilter(Filter):
 
     async def on_reply(self, ex: Exchange, reply: Reply) -> None:
         if reply.removed_calls:
-            log_event("choice_calls_removed", log=log, session=ex.session, calls=reply.removed_calls)
+            log_event(
+                "choice_calls_removed",
+                log=log,
+                session=ex.session,
+                session_source=ex.session_source.value,
+                calls=reply.removed_calls,
+            )
 
     async def on_checked(self, ex: Exchange, checks: list[CallCheck]) -> None:
         provider = ex.provider.value
-        for check in checks:
+        for position, check in enumerate(checks):
+            await pause(position)
             call, verdict = check.call, check.verdict
             self.metrics.tool_call(call.name, provider, verdict.kind.value)
             if verdict.allowed:
@@ -69,6 +76,7 @@ class TelemetryFilter(Filter):
         declaration = ex.view.declarations.get(call.name)
         self.rejections.log_rejection(
             session=ex.session,
+            session_source=ex.session_source.value,
             provider=ex.provider.value,
             model=ex.view.model,
             tool=call.name,
@@ -83,6 +91,7 @@ class TelemetryFilter(Filter):
         log_event(
             "verdict",
             session=ex.session,
+            session_source=ex.session_source.value,
             tool=call.name,
             call_id=call.id,
             verdict=verdict.kind.value,
@@ -93,7 +102,13 @@ class TelemetryFilter(Filter):
 
     async def on_repaired(self, ex: Exchange, outcome: RepairOutcome) -> None:
         self.metrics.repair_round(outcome.value, sorted(ex.pop(_REPAIRED) or ()))
-        log_event("repair_round", session=ex.session, outcome=outcome.value, rounds=ex.repair_rounds)
+        log_event(
+            "repair_round",
+            session=ex.session,
+            session_source=ex.session_source.value,
+            outcome=outcome.value,
+            rounds=ex.repair_rounds,
+        )
 
     async def on_upstream(self, ex: Exchange, status: int | None, seconds: float) -> None:
         self.metrics.upstream(ex.provider.value, status, seconds)
@@ -104,6 +119,7 @@ class TelemetryFilter(Filter):
             "request",
             level=logging.INFO if end.reason is None else logging.WARNING,
             session=ex.session,
+            session_source=ex.session_source.value,
             provider=ex.provider.value,
             dialect=ex.dialect.name,
             model=ex.view.model,

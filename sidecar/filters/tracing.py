@@ -45,6 +45,7 @@ from sidecar.config import TelemetrySettings
 from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, RepairOutcome
 from sidecar.model import Reply, ToolCall, VerdictKind
+from sidecar.telemetry.redact import redact, redact_text
 
 # Explicit bucket boundaries the GenAI conventions give for durations (seconds).
 DURATION_BUCKETS: tuple[float, ...] = (
@@ -258,7 +259,7 @@ class TracingFilter(Filter):
             attrs["sidecar.status"] = verdict.status
         reasons = list(check.policy_reasons or verdict.reasons)
         if reasons:
-            attrs["sidecar.policy.reasons"] = reasons
+            attrs["sidecar.policy.reasons"] = [redact_text(r) for r in reasons]
         if verdict.errors:
             # Field names and problem kinds only: a problem text may quote an argument value.
             attrs["sidecar.argument_errors.fields"] = [e.field for e in verdict.errors]
@@ -267,15 +268,13 @@ class TracingFilter(Filter):
             attrs["sidecar.guard"] = verdict.guard
         if check.observed:
             attrs["sidecar.observed_verdicts"] = [v.kind.value for v in check.observed]
-        count = check.replay.get("count") if isinstance(check.replay, dict) else None
-        if isinstance(count, int) and count:
-            attrs["sidecar.replay.count"] = count
-        if isinstance(check.approval, dict) and check.approval.get("status") not in (None, "none"):
-            attrs["sidecar.approval.status"] = str(check.approval.get("status"))
+        if check.replay.count:
+            attrs["sidecar.replay.count"] = check.replay.count
+        if check.approval.status != "none":
+            attrs["sidecar.approval.status"] = check.approval.status
         if self.capture_content:
-            attrs["gen_ai.tool.call.arguments"] = (
-                _text(call.arguments) if call.arguments is not None else call.raw_arguments
-            )
+            arguments = _text(redact(call.arguments)) if call.arguments is not None else call.raw_arguments
+            attrs["gen_ai.tool.call.arguments"] = redact_text(arguments)
         return attrs
 
     # ---------------------------------------------------------------- hooks
@@ -288,6 +287,7 @@ class TracingFilter(Filter):
             "gen_ai.provider.name": exchange.provider.value,
             "gen_ai.request.model": model,
             "sidecar.session.hash": _short_hash(exchange.session),
+            "sidecar.session.source": exchange.session_source.value,
             "sidecar.dialect": exchange.dialect.name,
             "sidecar.stream": exchange.view.stream,
         }
@@ -322,7 +322,7 @@ class TracingFilter(Filter):
             seconds = max(0.0, now - delivered_at)
             span.set_attribute("sidecar.tool.outcome", "error" if result.is_error else "ok")
             if self.capture_content:
-                span.set_attribute("gen_ai.tool.call.result", _text(result.content))
+                span.set_attribute("gen_ai.tool.call.result", redact_text(_text(result.content)))
             if result.is_error:
                 span.set_attribute("error.type", "tool_error")
                 span.set_status(Status(StatusCode.ERROR, "tool_error"))
@@ -371,7 +371,7 @@ class TracingFilter(Filter):
             kind = error_type(check)
             if kind is not None:
                 span.set_attribute("error.type", kind)
-                span.set_status(Status(StatusCode.ERROR, check.verdict.summary()[:200]))
+                span.set_status(Status(StatusCode.ERROR, redact_text(check.verdict.summary()[:200])))
             span.end()
 
     async def on_delivered(self, exchange: Exchange, reply: Reply, calls: list[ToolCall]) -> None:
@@ -438,6 +438,9 @@ class TracingFilter(Filter):
         if state.round_span is not None:
             state.round_span.end()
         span = state.span
+        # A thread's first turn learns its session with the reply: the span says the final one.
+        span.set_attribute("sidecar.session.hash", _short_hash(exchange.session))
+        span.set_attribute("sidecar.session.source", exchange.session_source.value)
         span.set_attribute("sidecar.repair.rounds", exchange.repair_rounds)
         span.set_attribute("sidecar.overhead_ms", round(end.overhead_s * 1000, 3))
         if end.status >= 400 and not state.errored:

@@ -23,13 +23,15 @@ Decisions (documented in the report as well):
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import jsonschema_rs
+import orjson
+from cachetools import LRUCache
 
 from sidecar.config import LockdownSettings
 from sidecar.lockdown import messages as msg
@@ -109,6 +111,7 @@ class CompiledSchema:
     root: Any
     expected: dict[JsonPointer, str]
     compile_error: str = ""
+    weight: int = 1  # its estimated memory, for the bounded cache
     _descriptions: dict[tuple[str | int, ...], str | None] = field(default_factory=dict)
     # Error-path wording memoised per schema location (bounded by the schema's size).
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
@@ -482,6 +485,10 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
+def _weight(entry: CompiledSchema) -> int:
+    return entry.weight
+
+
 def compile_schema(schema: dict[str, Any], reject_unknown: bool, assert_formats: bool) -> CompiledSchema:
     """Prepare and compile once; everything the error path needs is derived here."""
     original = deep_copy(schema)
@@ -510,28 +517,69 @@ def _first_line(exc: BaseException) -> str:
     return msg.truncate(text[0] if text else type(exc).__name__, 200)
 
 
-class Lockdown:
-    """Validates tool-call arguments against their declared schemas (compiled once, LRU)."""
+# A compiled schema costs several times its JSON in memory (validator, prepared copy, the
+# expected texts per location): the cache weighs each entry at this multiple of its JSON size.
+_WEIGHT_PER_BYTE = 4
+# Schemas larger than this are compiled in a worker thread (`prepare`), so the event loop keeps
+# serving other requests while the GIL is shared (compiling ~100 KiB takes ~40 ms).
+THREADED_COMPILE_BYTES = 16 * 1024
+CacheKey = tuple[str, bool, bool]
 
-    def __init__(self, cache_size: int = 1024) -> None:
-        self.cache_size = max(1, cache_size)
+
+class Lockdown:
+    """Validates tool-call arguments against their declared schemas: compiled once, kept in an
+    LRU bounded by (estimated) bytes, and never compiled above `max_schema_bytes`."""
+
+    def __init__(self, cache_bytes: int = 64 * 1024 * 1024, max_schema_bytes: int = 512 * 1024) -> None:
+        self.max_schema_bytes = max_schema_bytes
         self.compiled_count = 0
-        self._cache: OrderedDict[tuple[str, bool, bool], CompiledSchema] = OrderedDict()
+        self._cache: LRUCache[CacheKey, CompiledSchema] = LRUCache(maxsize=cache_bytes, getsizeof=_weight)
+
+    @staticmethod
+    def _key(declaration: ToolDeclaration, settings: LockdownSettings) -> CacheKey:
+        schema_hash = declaration.schema_hash or sha256_hex(canonical_json(declaration.schema))
+        return (schema_hash, settings.reject_unknown_properties, settings.assert_formats)
+
+    def _too_large(self, declaration: ToolDeclaration) -> CompiledSchema | None:
+        size = declaration.schema_bytes or len(orjson.dumps(declaration.schema))
+        if size <= self.max_schema_bytes:
+            return None
+        limit = self.max_schema_bytes
+        error = f"the schema is {size} bytes, above the sidecar's limit of {limit} (limits.max_schema_bytes)"
+        return CompiledSchema(None, {}, {}, compile_error=error)
+
+    def _store(self, key: CacheKey, entry: CompiledSchema, size: int) -> CompiledSchema:
+        entry.weight = max(1, size) * _WEIGHT_PER_BYTE
+        self.compiled_count += 1
+        if entry.weight <= self._cache.maxsize:
+            self._cache[key] = entry
+        return entry
 
     def compiled(self, declaration: ToolDeclaration, settings: LockdownSettings) -> CompiledSchema:
         """The compiled schema for a declaration under these settings (cached)."""
-        schema_hash = declaration.schema_hash or sha256_hex(canonical_json(declaration.schema))
-        key = (schema_hash, settings.reject_unknown_properties, settings.assert_formats)
+        key = self._key(declaration, settings)
         entry = self._cache.get(key)
         if entry is not None:
-            self._cache.move_to_end(key)
             return entry
-        entry = compile_schema(declaration.schema, key[1], key[2])
-        self.compiled_count += 1
-        self._cache[key] = entry
-        if len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
-        return entry
+        refused = self._too_large(declaration)
+        if refused is not None:
+            return refused
+        size = declaration.schema_bytes or len(orjson.dumps(declaration.schema))
+        return self._store(key, compile_schema(declaration.schema, key[1], key[2]), size)
+
+    async def prepare(self, declaration: ToolDeclaration, settings: LockdownSettings) -> None:
+        """Compile a large schema in a worker thread before `check` needs it (then a cache hit)."""
+        key = self._key(declaration, settings)
+        if key in self._cache or declaration.schema_bytes < THREADED_COMPILE_BYTES:
+            return
+        if self._too_large(declaration) is not None:
+            return
+        entry = await asyncio.to_thread(compile_schema, declaration.schema, key[1], key[2])
+        self._store(key, entry, declaration.schema_bytes)
+
+    @property
+    def cached_bytes(self) -> int:
+        return int(self._cache.currsize)
 
     def check(
         self,

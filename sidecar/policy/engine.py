@@ -374,7 +374,10 @@ class EmbeddedEngine(_Interpreting):
         compiled = self._compiled
         return {
             "ok": compiled is not None and self._error is None,
+            # A good policy decides (the last good one while a reload fails): the sidecar serves.
+            "serving": compiled is not None,
             "error": self._error,
+            "stale_seconds": round(self.stale_seconds(), 3),
             "loaded_at": compiled.loaded_at if compiled else None,
             "revision": compiled.bundle.revision if compiled else None,
             "engine": self.name,
@@ -505,6 +508,8 @@ class OpaEngine(_Interpreting):
     def health(self) -> dict[str, Any]:
         return {
             "ok": self._error is None,
+            # Without answers from OPA nothing is decided (every call is refused by on_error).
+            "serving": self._error is None,
             "error": self._error,
             "loaded_at": self._last_ok,
             "revision": None,

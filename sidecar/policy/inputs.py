@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from sidecar.config import Settings
+from sidecar.model import Session
 
 log = logging.getLogger("sidecar.policy")
 
@@ -56,17 +57,23 @@ def base_input(
     provider: str,
     model: str,
     agent: dict[str, Any],
-    session: str,
+    session: Session,
     counts: tuple[int, dict[str, int]],
     now: str,
 ) -> dict[str, Any]:
-    """The fields every phase carries; callers add tool/call/result/tools."""
+    """The fields every phase carries; callers add tool/call/result/tools. `session.source`
+    says where the id came from; only a `derived` one may merge conversations."""
     return {
         "version": INPUT_VERSION,
         "phase": phase,
         "provider": provider,
         "model": model,
         "agent": agent,
-        "session": {"id": session, "calls_total": counts[0], "calls_by_tool": counts[1]},
+        "session": {
+            "id": session.id,
+            "source": session.source.value,
+            "calls_total": counts[0],
+            "calls_by_tool": counts[1],
+        },
         "time": now,
     }

@@ -45,7 +45,7 @@ SAMPLE_CALL: Final[dict[str, Any]] = {
     "provider": "anthropic",
     "model": "sample",
     "agent": {"id": "sample", "namespace": "default", "labels": {}},
-    "session": {"id": "sample", "calls_total": 0, "calls_by_tool": {}},
+    "session": {"id": "sample", "source": "header", "calls_total": 0, "calls_by_tool": {}},
     "tool": {"name": "sample_tool", "declared": True, "schema_hash": "", "previous_schema_hash": None},
     "call": {"id": "sample", "args": {}, "args_hash": "", "index": 0, "parallel": 1},
     "validation": {"valid": True, "errors": []},

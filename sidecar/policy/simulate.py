@@ -158,7 +158,12 @@ def input_from_rejection(record: dict[str, Any]) -> dict[str, Any]:
         "provider": record.get("provider"),
         "model": record.get("model"),
         "agent": {"id": "", "namespace": "", "labels": {}},
-        "session": {"id": record.get("session"), "calls_total": 0, "calls_by_tool": {}},
+        "session": {
+            "id": record.get("session"),
+            "source": record.get("session_source") or "derived",
+            "calls_total": 0,
+            "calls_by_tool": {},
+        },
         "tool": {
             "name": record.get("tool"),
             "declared": True,

@@ -87,12 +87,6 @@ class _Answer:
     def _failed(self, exc: BaseException) -> UpstreamError:
         return upstream_error(exc, str(self._response.url.origin()))
 
-    async def read(self) -> bytes:
-        try:
-            return await self._response.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise self._failed(exc) from exc
-
     async def chunk(self) -> bytes:
         try:
             return await self._response.content.readany()
@@ -223,11 +217,13 @@ class ProxyHandler:
         headers: CIMultiDict[str],
         body: bytes,
     ) -> Exchange:
+        session = session_id(request.headers, self.settings.session_header, view)
         return Exchange(
             id=secrets.token_hex(8),
             provider=route.provider,
             dialect=dialect,
-            session=session_id(request.headers, self.settings.session_header, view),
+            session=session.id,
+            session_source=session.source,
             view=view,
             request=payload,
             url=url,

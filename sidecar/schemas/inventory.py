@@ -50,6 +50,10 @@ class InventoryEntry:
     previous_schema_hash: str | None = None
     changes: int = 0
 
+    @property
+    def key(self) -> InventoryKey:
+        return (self.agent, self.provider, self.declaration.name)
+
     def to_json(self) -> dict[str, Any]:
         decl = self.declaration
         return {

@@ -3,11 +3,20 @@
 Layout follows the 2025-26 recordings: `model` first in the message, `caller` on tool_use,
 `stop_details`, a `ping` after the first block start, tool input as `input_json_delta`
 fragments starting with `""`, and JSON padded with spaces before the closing brace.
+
+Message threads (`anthropic-beta: message-threads-2026-08-12`) as the API documents them: a
+`thread: {"type": "create"}` request is held under its response's `id`; a `{"type":
+"continue", "previous_message_id": …}` request sends only the new messages, without `system`
+and `tools` (the thread keeps the create request's), and is checked against the whole held
+conversation (every `tool_use` answered). Each response can be continued once
+(`thread_already_continued`); an unknown id is `thread_not_found` (404); a `thread` without
+the beta header is refused.
 """
 
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import orjson
@@ -44,6 +53,22 @@ _DELTA_KEYS: dict[PartKind, tuple[str, str]] = {
 
 PING = Event("ping", '{"type": "ping"}')
 
+THREADS_BETA = "message-threads-2026-08-12"
+# Fields a thread takes from its create request; a `continue` must not repeat them.
+THREAD_FIELDS = ("system", "tools")
+
+
+@dataclass(slots=True)
+class HeldThread:
+    """A thread as the server holds it after one response: the whole conversation up to and
+    including that response, what it was created with, and whether it was continued."""
+
+    messages: list[Any]
+    model: str
+    system: Any
+    tools: Any
+    continued: bool = False
+
 
 class AnthropicFormat(WireFormat):
     protocol = ANTHROPIC
@@ -56,6 +81,61 @@ class AnthropicFormat(WireFormat):
     def __init__(self, ids: Ids, pad_json: bool = True) -> None:
         super().__init__(ids)
         self.pad_json = pad_json
+        self.threads: dict[str, HeldThread] = {}  # response id -> the thread held under it
+
+    def reset(self) -> None:
+        self.threads.clear()
+
+    # ---- message threads -------------------------------------------------------------------
+
+    def check_headers(self, body: dict[str, Any], headers: dict[str, str]) -> HttpReply | None:
+        if "thread" in body and THREADS_BETA not in headers.get("anthropic-beta", ""):
+            return self.invalid_request("thread: Extra inputs are not permitted")
+        return None
+
+    def _held(self, body: dict[str, Any]) -> tuple[HeldThread | None, HttpReply | None]:
+        """The thread a `continue` resumes, or the error the API gives for it."""
+        thread = body.get("thread")
+        if not isinstance(thread, dict) or thread.get("type") != "continue":
+            return None, None
+        previous = str(thread.get("previous_message_id"))
+        held = self.threads.get(previous)
+        if held is None:
+            message = f"No thread state was found for previous_message_id {previous}; replay the conversation."
+            return None, self.invalid_request(message, status=404, code="thread_not_found", type_="not_found_error")
+        if held.continued:
+            message = (
+                f"The response {previous} has already been continued, and each response can be continued "
+                "only once. Continue from the thread's most recent response id."
+            )
+            return None, self.invalid_request(message, code="thread_already_continued")
+        repeated = [f"`{f}`" for f in THREAD_FIELDS if f in body]
+        if repeated:
+            message = (
+                f"{' and '.join(repeated)} cannot be sent on a thread continue: the thread keeps the values "
+                "of its create request."
+            )
+            return None, self.invalid_request(message, code="thread_fingerprint_mismatch")
+        if body.get("model") != held.model:
+            message = "`model` differs from the value stored with the thread."
+            return None, self.invalid_request(message, code="thread_fingerprint_mismatch")
+        return held, None
+
+    def remember(self, reply: Reply) -> None:
+        request = reply.request
+        thread = request.get("thread")
+        if not isinstance(thread, dict):
+            return
+        held, _ = self._held(request)
+        answer = {"role": "assistant", "content": self.body(reply)["content"]}
+        new = [m for m in request.get("messages") or [] if isinstance(m, dict)]
+        if held is not None:
+            held.continued = True
+            history = [*held.messages, *new, answer]
+            self.threads[reply.id] = HeldThread(history, held.model, held.system, held.tools)
+        else:
+            model = request.get("model")
+            self.threads[reply.id] = HeldThread([*new, answer], str(model), request.get("system"), request.get("tools"))
 
     def reply_id(self) -> str:
         return "msg_01" + self.ids.alnum(22)
@@ -78,9 +158,14 @@ class AnthropicFormat(WireFormat):
     # ---- pairing ---------------------------------------------------------------------------
 
     def check(self, body: dict[str, Any]) -> HttpReply | None:
+        held, refused = self._held(body)
+        if refused is not None:
+            return refused
         messages = body.get("messages")
         if not isinstance(messages, list):
             return None
+        if held is not None:  # checked as the whole conversation the thread holds
+            messages = [*held.messages, *messages]
         uses: list[str] = []  # tool_use ids of the previous message when it was the assistant's
         use_index = -1
         for i, message in enumerate(messages):
@@ -124,7 +209,10 @@ class AnthropicFormat(WireFormat):
     def error_body(
         self, status: int, type_: str, message: str, code: str | None, param: str | None, request_id: str
     ) -> dict[str, Any]:
-        return {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
+        error: dict[str, Any] = {"type": type_, "message": message}
+        if code:  # `error.details.error_code`, which the SDK reads as `error_code`
+            error["details"] = {"error_code": code}
+        return {"type": "error", "error": error, "request_id": request_id}
 
     def stream_error(self, reply: Reply, err: UpstreamError) -> list[Event]:
         type_ = err.type or ("overloaded_error" if err.status in (500, 529) else self.error_type(err.status))
@@ -152,9 +240,9 @@ class AnthropicFormat(WireFormat):
     def _usage(self, reply: Reply, output_tokens: int) -> dict[str, Any]:
         return {
             "input_tokens": reply.input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-            "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+            "cache_creation_input_tokens": reply.cache_write_tokens,
+            "cache_read_input_tokens": reply.cache_read_tokens,
+            "cache_creation": {"ephemeral_5m_input_tokens": reply.cache_write_tokens, "ephemeral_1h_input_tokens": 0},
             "output_tokens": output_tokens,
             "service_tier": "standard",
             "inference_geo": "not_available",
@@ -232,8 +320,8 @@ class AnthropicFormat(WireFormat):
     def tail(self, reply: Reply) -> list[Event]:
         usage: dict[str, Any] = {
             "input_tokens": reply.input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": reply.cache_write_tokens,
+            "cache_read_input_tokens": reply.cache_read_tokens,
             "output_tokens": reply.output_tokens,
         }
         if reply.reasoning_tokens:

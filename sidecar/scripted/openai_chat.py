@@ -137,7 +137,7 @@ class ChatFormat(OpenAIFormat):
             "prompt_tokens": reply.input_tokens,
             "completion_tokens": reply.output_tokens,
             "total_tokens": reply.input_tokens + reply.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": reply.cache_read_tokens, "audio_tokens": 0},
             "completion_tokens_details": {
                 "reasoning_tokens": reply.reasoning_tokens,
                 "audio_tokens": 0,

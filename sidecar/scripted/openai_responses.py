@@ -4,6 +4,11 @@ Streams are named events whose JSON carries `type` first, the other keys in alph
 order and a `sequence_number` counting from 0; there is no `[DONE]`. The server keeps every
 response it produced so `previous_response_id` continuations are checked like the real API
 checks them (each function_call answered, each function_call_output matching a call).
+
+Conversations (`POST /v1/conversations`, then `conversation` on /v1/responses) as documented:
+the conversation's items are prepended to the request's input, and the input and output items
+are added to it once the response completes; `conversation` with `previous_response_id` is
+refused (`mutually_exclusive_parameters`), an unknown conversation is a 404.
 """
 
 from __future__ import annotations
@@ -88,11 +93,52 @@ class ResponsesFormat(OpenAIFormat):
     def __init__(self, ids: Ids) -> None:
         super().__init__(ids)
         self.stored: dict[str, StoredResponse] = {}
+        self.conversations: dict[str, list[dict[str, Any]]] = {}  # id -> its items, in order
         self.replies: dict[str, Reply] = {}  # what GET /v1/responses/{id} reads back
 
     def reset(self) -> None:
         self.stored.clear()
+        self.conversations.clear()
         self.replies.clear()
+
+    # ---- conversations -----------------------------------------------------------------------
+
+    def create_conversation(self, body: Any) -> dict[str, Any]:
+        """`POST /v1/conversations`: a new conversation, with its initial `items` if given."""
+        conversation_id = "conv_" + self.ids.hex(48)
+        items = body.get("items") if isinstance(body, dict) else None
+        self.conversations[conversation_id] = [i for i in items or [] if isinstance(i, dict)]
+        metadata = body.get("metadata") if isinstance(body, dict) else None
+        return {
+            "id": conversation_id,
+            "object": "conversation",
+            "created_at": int(time.time()),
+            "metadata": metadata or {},
+        }
+
+    @staticmethod
+    def conversation_of(body: dict[str, Any]) -> str | None:
+        value = body.get("conversation")
+        if isinstance(value, dict):
+            value = value.get("id")
+        return str(value) if value else None
+
+    def _conversation_check(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], HttpReply | None]:
+        """The items the conversation adds before the input, or the API's refusal."""
+        conversation = self.conversation_of(body)
+        if conversation is None:
+            return [], None
+        if body.get("previous_response_id"):
+            message = (
+                "Mutually exclusive parameters: Ensure you are only providing one of: "
+                "'previous_response_id' or 'conversation'."
+            )
+            return [], self.invalid_request(message, code="mutually_exclusive_parameters")
+        items = self.conversations.get(conversation)
+        if items is None:
+            message = f"Conversation with id '{conversation}' not found."
+            return [], self.invalid_request(message, param="conversation", status=404, code="not_found")
+        return items, None
 
     def reply_id(self) -> str:
         return "resp_" + self.ids.hex(50)
@@ -103,9 +149,21 @@ class ResponsesFormat(OpenAIFormat):
     # ---- pairing ---------------------------------------------------------------------------
 
     def check(self, body: dict[str, Any]) -> HttpReply | None:
-        items = _input_items(body)
-        required = _call_ids(items, "call")
-        known = set(required)
+        held, refused = self._conversation_check(body)
+        if refused is not None:
+            return refused
+        if held:  # the conversation's items come first; every call in it must be answered
+            answered = set(_call_ids(held, "output"))
+            pending = [i for i in held if i.get("type") in ANSWERS and i.get("call_id") not in answered]
+            earlier = [i for i in held if i.get("type") in ANSWERS]
+            return self._pair(_input_items(body), pending, {str(i.get("call_id")) for i in earlier}, body)
+        return self._pair(_input_items(body), [], set(), body)
+
+    def _pair(
+        self, items: list[dict[str, Any]], pending: list[dict[str, Any]], held: set[str], body: dict[str, Any]
+    ) -> HttpReply | None:
+        required = _call_ids(pending, "call") + _call_ids(items, "call")
+        known = set(required) | held
         previous = body.get("previous_response_id")
         if previous:
             stored = self.stored.get(str(previous))
@@ -123,7 +181,7 @@ class ResponsesFormat(OpenAIFormat):
                 return self.invalid_request(
                     f"No tool call found for function call output with call_id {call_id}.", param="input"
                 )
-        everything = items + [i for r in self.stored.values() for i in r.output]
+        everything = pending + items + [i for r in self.stored.values() for i in r.output]
         for call_id in required:
             if call_id not in outputs:
                 label = _label(everything, call_id)
@@ -174,6 +232,10 @@ class ResponsesFormat(OpenAIFormat):
     def remember(self, reply: Reply) -> None:
         if reply.request.get("store", True) is not False:
             self.replies[reply.id] = reply
+        conversation = self.conversation_of(reply.request)
+        if conversation is not None and conversation in self.conversations:
+            output = [self._final_item(reply, p) for p in reply.parts]
+            self.conversations[conversation].extend([*_input_items(reply.request), *output])
         previous = reply.request.get("previous_response_id")
         self.stored[reply.id] = StoredResponse(
             output=[self._final_item(reply, p) for p in reply.parts],
@@ -247,7 +309,7 @@ class ResponsesFormat(OpenAIFormat):
     def _usage(self, reply: Reply) -> dict[str, Any]:
         return {
             "input_tokens": reply.input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": reply.cache_read_tokens},
             "output_tokens": reply.output_tokens,
             "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
             "total_tokens": reply.input_tokens + reply.output_tokens,

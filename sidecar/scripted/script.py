@@ -94,7 +94,11 @@ class Turn:
       is `incomplete` and the stream ends with `response.incomplete`. Non-streaming
       Anthropic omits the cut block.
     - `usage`: `input_tokens`/`output_tokens`/`reasoning_tokens` override the computed
-      counts (in each protocol's own names); other keys are merged into the usage object.
+      counts (in each protocol's own names: Anthropic's `input_tokens` excludes cache reads
+      and writes, OpenAI's `prompt_tokens` / `input_tokens` includes cache reads);
+      `cache_read_tokens` / `cache_write_tokens` fill the prompt-cache fields
+      (`cache_read_input_tokens`, `cache_creation_input_tokens` with its 5-minute breakdown;
+      OpenAI `cached_tokens`, which has no writes); other keys are merged into the usage object.
     """
 
     text: str | None = None

@@ -28,6 +28,7 @@ Responder = Callable[[RecordedRequest], Turn | Awaitable[Turn]]
 
 EXHAUSTED_TEXT = "(script exhausted)"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+CONVERSATIONS_PATH = "/v1/conversations"
 MODELS_PATH = "/v1/models"
 # GET /v1/responses/{id} and GET /v1/responses/{id}/input_items
 _RESPONSE_PATH = re.compile(r"/v1/responses/(resp_[A-Za-z0-9]+)(/input_items|/cancel)?$")
@@ -66,7 +67,7 @@ class ScriptedModel:
         ids = self._ids = Ids(seed)
         self._anthropic = AnthropicFormat(ids, pad_json=pad_json)
         self._openai = ChatFormat(ids)  # also shapes OpenAI 404s and model lists
-        self._responses = ResponsesFormat(ids)
+        self._responses = ResponsesFormat(ids)  # also holds the conversations
         self._formats: list[WireFormat] = [self._anthropic, self._openai, self._responses]
         self._runner: web.AppRunner | None = None
         self.app = web.Application(client_max_size=MAX_BODY)
@@ -172,6 +173,8 @@ class ScriptedModel:
         anthropic = "anthropic-version" in recorded.headers
         if request.method == "POST" and request.path.endswith(COUNT_TOKENS_PATH):
             return self._json(self._anthropic, HttpReply(200, {"input_tokens": _tokens(body)}))
+        if request.method == "POST" and request.path.endswith(CONVERSATIONS_PATH):
+            return self._json(self._responses, HttpReply(200, self._responses.create_conversation(parsed)))
         if fmt is not None:
             try:
                 return await self._model_request(request, fmt, recorded)
@@ -193,7 +196,7 @@ class ScriptedModel:
         body = recorded.json
         if not isinstance(body, dict):
             return self._json(fmt, fmt.invalid_request("We could not parse the JSON body of your request."))
-        rejection = fmt.check(body)
+        rejection = fmt.check_headers(body, recorded.headers) or fmt.check(body)
         if rejection is not None:
             return self._json(fmt, rejection)
         turn = await self._next_turn(recorded)
@@ -204,7 +207,10 @@ class ScriptedModel:
             return self._json(fmt, fmt.http_error(turn.error, fmt.request_id()), turn.gzip)
         if turn.stream_error_after is not None and not streaming:
             return self._json(fmt, fmt.http_error(UpstreamError(), fmt.request_id()), turn.gzip)
-        reply = plan_reply(fmt, turn, body, len(recorded.body))
+        try:
+            reply = plan_reply(fmt, turn, body, len(recorded.body))
+        except ValueError as exc:  # a turn no real API could answer with: say so in a 400
+            return self._json(fmt, fmt.invalid_request(f"scripted model: {exc}"))
         if not streaming:
             fmt.remember(reply)
             answer = fmt.body(reply)

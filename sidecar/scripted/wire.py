@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 
 import orjson
 
-from sidecar.scripted.script import ProtocolName, ToolCallSpec, Turn, UpstreamError
+from sidecar.scripted.script import ANTHROPIC, ProtocolName, ToolCallSpec, Turn, UpstreamError
 
 PartKind = Literal["thinking", "text", "call"]
 
@@ -82,6 +82,9 @@ class Reply:
     request_id: str
     stop_reason: str | None = None
     usage_extra: dict[str, Any] = field(default_factory=dict)
+    # Prompt-cache reads and writes (Anthropic writes only), in each protocol's own fields.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def calls(self) -> list[Part]:
@@ -199,6 +202,10 @@ class WireFormat(ABC):
         """Pairing validation like the real provider; None when the request is acceptable."""
         return None
 
+    def check_headers(self, body: dict[str, Any], headers: dict[str, str]) -> HttpReply | None:
+        """What the provider refuses for want of a header (a beta not enabled); None when fine."""
+        return None
+
     def remember(self, reply: Reply) -> None:
         """Called once a reply was sent in full (Responses keeps it for previous_response_id)."""
         return None
@@ -220,9 +227,13 @@ class WireFormat(ABC):
         return HttpReply(err.status, body, dict(err.headers))
 
     def invalid_request(
-        self, message: str, param: str | None = None, status: int = 400, code: str | None = None
+        self,
+        message: str,
+        param: str | None = None,
+        status: int = 400,
+        code: str | None = None,
+        type_: str = "invalid_request_error",
     ) -> HttpReply:
-        type_ = "invalid_request_error"
         rid = self.request_id()
         return HttpReply(status, self.error_body(status, type_, message, code, param, rid))
 
@@ -314,6 +325,7 @@ def plan_reply(fmt: WireFormat, turn: Turn, request: dict[str, Any], raw_size: i
         last.truncated = True
 
     usage = dict(turn.usage or {})
+    _check_cache_usage(fmt, usage)
     produced = sum(len(p.text) for p in parts)
     thinking = len(turn.thinking or "")
     model = request.get("model")
@@ -328,8 +340,22 @@ def plan_reply(fmt: WireFormat, turn: Turn, request: dict[str, Any], raw_size: i
         reasoning_tokens=int(usage.pop("reasoning_tokens", thinking // 4)),
         request_id=fmt.request_id(),
         stop_reason=turn.stop_reason,
+        cache_read_tokens=int(usage.pop("cache_read_tokens", 0)),
+        cache_write_tokens=int(usage.pop("cache_write_tokens", 0)),
         usage_extra=usage,
     )
+
+
+def _check_cache_usage(fmt: WireFormat, usage: dict[str, Any]) -> None:
+    """Refuse cache numbers no API sends: OpenAI's prompt tokens include the cached ones and it
+    reports no cache writes (Anthropic counts reads and writes apart from `input_tokens`)."""
+    if fmt.protocol == ANTHROPIC:
+        return
+    if usage.get("cache_write_tokens"):
+        raise ValueError(f"{fmt.protocol} reports no cache writes: drop cache_write_tokens")
+    read, prompt = usage.get("cache_read_tokens", 0), usage.get("input_tokens")
+    if read and prompt is not None and read > prompt:
+        raise ValueError(f"{fmt.protocol}: input_tokens ({prompt}) include the cached ones ({read})")
 
 
 def stream_events(fmt: WireFormat, reply: Reply) -> list[Event]:

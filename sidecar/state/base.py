@@ -19,7 +19,7 @@ Ledger semantics, identical in every backend:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -160,6 +160,44 @@ class Limits:
         return raw[: self.max_result_bytes].decode("utf-8", "ignore"), True
 
 
+@dataclass(slots=True)
+class HeldCall:
+    """A call delivered in a turn the provider holds: what the sidecar needs to carry it over
+    into the conversation's session (its replay key is rebuilt from the canonical arguments)."""
+
+    id: str
+    tool: str
+    arguments: str  # canonical JSON of the arguments (raw text when they were not an object)
+
+
+@dataclass(slots=True)
+class HeldState:
+    """What a provider holds under one key that the agent's next turn must agree with.
+
+    Keys (`sidecar/state/continuations.py`): `turn:<response or message id>` (one model turn of
+    a Responses chain or a message thread), `thread:<root message id>` (what a message thread
+    was created with), `conversation:<id>` (an OpenAI conversation). Every field is optional;
+    each kind of key uses the ones it needs.
+    """
+
+    root: str | None = None  # the conversation handle this turn belongs to (thread / chain root id)
+    continue_from: str | None = None  # the id the provider continues from instead (a repair round's)
+    withheld: dict[str, str] = field(default_factory=dict)  # call id -> output the agent never gave
+    calls: list[HeldCall] = field(default_factory=list)  # calls delivered in this turn
+    session: str | None = None  # a chain root's turn: the session its calls were recorded under
+    tools: list[dict[str, Any]] | None = None  # a thread: the tools it was created with, as sent
+    system: Any = None  # a thread: the system prompt it was created with
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> HeldState:
+        raw = orjson.loads(data)
+        raw["calls"] = [HeldCall(**c) for c in raw.get("calls") or []]
+        return cls(**raw)
+
+
 def approval_retention(a: Approval, limits: Limits) -> float:
     """When a stored approval may be forgotten: one ledger TTL after it could last be used."""
     return a.expires + limits.ttl_s
@@ -167,7 +205,8 @@ def approval_retention(a: Approval, limits: Limits) -> float:
 
 @runtime_checkable
 class StateStore(Protocol):
-    """Session ledger, replay index, approvals and the Responses API memo.
+    """Session ledger, replay index, approvals and what providers hold (threads, chains,
+    conversations).
 
     Every method may raise StateUnavailable (only Redis does in practice).
     """
@@ -233,10 +272,15 @@ class StateStore(Protocol):
         """Pending past `expires` → expired; each is returned by exactly one caller."""
         ...
 
-    # Responses API: calls the provider remembers but the agent never saw
-    async def remember_withheld(self, response_id: str, outputs: Mapping[str, str]) -> None: ...
+    # What providers hold (message threads, Responses chains, conversations): one record per
+    # key, replaced whole, kept for the ledger's TTL and bounded by `max_entries_total`.
+    async def remember_held(self, key: str, state: HeldState) -> None: ...
 
-    async def withheld_for(self, response_id: str) -> dict[str, str]: ...
+    async def held(self, key: str) -> HeldState | None:
+        """The live record under `key`, or None (never written, expired or evicted)."""
+        ...
+
+    async def forget_held(self, key: str) -> None: ...
 
     async def healthy(self) -> bool: ...
 

@@ -1,38 +1,60 @@
-"""Responses API chains: what the provider remembers by response id, and the sidecar must too."""
+"""What providers hold between turns, and the sidecar must remember too.
+
+Three provider-held conversations, one memo (`HeldState` records in the state store):
+
+- `turn:<id>`: one model turn of a Responses `previous_response_id` chain or of an Anthropic
+  message thread, by the id the agent continues from: the conversation it belongs to (`root`),
+  the id the provider continues from instead (a repair round's, `continue_from`), outputs for
+  calls the agent never saw (`withheld`), the calls delivered in it (`calls`) and, for a
+  chain's first turn, the session its calls were recorded under (`session`).
+- `thread:<root>`: what a message thread was created with (its tools and system), which every
+  `continue` leaves out.
+- `conversation:<id>`: an OpenAI conversation's withheld outputs, answered on its next turn.
+
+With a state store the memo lives there, so it survives a restart (SQLite) and is shared by
+replicas (Redis), with the ledger's TTL and total bound. A bounded local copy is always kept
+too: a store that is down degrades to what this process saw (counted by the store).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from sidecar.state.base import StateStore, StateUnavailable
+from sidecar.state.base import HeldCall, HeldState, StateStore, StateUnavailable
 
 log = logging.getLogger("sidecar.state")
 
 
+def turn_key(turn_id: str) -> str:
+    return "turn:" + turn_id
+
+
+def thread_key(root: str) -> str:
+    return "thread:" + root
+
+
+def conversation_key(conversation: str) -> str:
+    return "conversation:" + conversation
+
+
 @dataclass(slots=True)
 class Continuation:
+    """Where a continuation from `asked` stands: the id the provider continues from, the
+    conversation's root, the outputs to add for withheld calls, the calls of that turn."""
+
     response_id: str
+    root: str
     outputs: dict[str, str] = field(default_factory=dict)
-    session: str | None = None
+    calls: list[HeldCall] = field(default_factory=list)
+    known: bool = False  # the sidecar remembers this turn (else: `root` is a guess, the asked id)
+    session: str | None = None  # a chain's first turn: the session its calls were recorded under
 
 
 class Continuations:
-    """What a stateful provider remembers that the agent never saw, keyed by response id.
-
-    The Responses API with `store` keeps the original output. The agent's next turn
-    (`previous_response_id`) must still answer calls the sidecar withheld, and when a repair
-    round produced a newer response, the chain must continue from that one.
-
-    With a state store the memo lives there (`remember_withheld` / `withheld_for`), so a chain
-    survives a restart (SQLite) and continues on another replica (Redis). A bounded local
-    copy is always kept too: a store that is down degrades to what this process saw.
-    """
-
-    _ALIAS = "\x00continue-from"
-    _SESSION = "\x00session"
+    """The memo of what providers hold (see the module docstring)."""
 
     def __init__(
         self,
@@ -40,56 +62,58 @@ class Continuations:
         store: StateStore | None = None,
         on_state_error: Callable[[StateUnavailable], None] | None = None,
     ) -> None:
-        self._entries: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._entries: OrderedDict[str, HeldState] = OrderedDict()
         self._capacity = capacity
         self._store = store
         self._on_state_error = on_state_error
 
     def _failed(self, exc: StateUnavailable) -> None:
-        log.warning("state backend unavailable for the Responses memo: %s", exc)
+        log.warning("state backend unavailable for what providers hold: %s", exc)
         if self._on_state_error is not None:
             self._on_state_error(exc)
 
-    async def _put(self, response_id: str, entry: dict[str, str]) -> None:
-        merged = {**self._entries.get(response_id, {}), **entry}
-        self._entries[response_id] = merged
-        self._entries.move_to_end(response_id)
+    async def put(self, key: str, state: HeldState) -> None:
+        self._entries[key] = replace(state)
+        self._entries.move_to_end(key)
         while len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
         if self._store is not None:
             try:
-                stored = await self._store.withheld_for(response_id)
-                await self._store.remember_withheld(response_id, {**stored, **merged})
+                await self._store.remember_held(key, state)
             except StateUnavailable as exc:
                 self._failed(exc)
 
-    async def _get(self, response_id: str) -> dict[str, str]:
-        local = self._entries.get(response_id, {})
-        if self._store is None:
-            return dict(local)
-        try:
-            return {**local, **await self._store.withheld_for(response_id)}
-        except StateUnavailable as exc:
-            self._failed(exc)
-            return dict(local)
+    async def get(self, key: str) -> HeldState | None:
+        """The store's record; this process's copy only while the store cannot answer (another
+        replica may have changed or forgotten the record since)."""
+        if self._store is not None:
+            try:
+                return await self._store.held(key)
+            except StateUnavailable as exc:
+                self._failed(exc)
+        local = self._entries.get(key)
+        return replace(local) if local is not None else None
 
-    async def withhold(self, response_id: str, outputs: dict[str, str]) -> None:
-        await self._put(response_id, outputs)
+    async def forget(self, key: str) -> None:
+        self._entries.pop(key, None)
+        if self._store is not None:
+            try:
+                await self._store.forget_held(key)
+            except StateUnavailable as exc:
+                self._failed(exc)
 
-    async def alias(self, shown_id: str, actual_id: str) -> None:
-        await self._put(shown_id, {self._ALIAS: actual_id})
-
-    async def remember_session(self, response_id: str, session: str) -> None:
-        """Later turns of a chain carry only new items: the session must come from here."""
-        await self._put(response_id, {self._SESSION: session})
-
-    async def resolve(self, response_id: str) -> Continuation:
-        """Where to continue from, the outputs to add for withheld calls, and the session."""
-        entry = await self._get(response_id)
-        actual = entry.pop(self._ALIAS, response_id)
-        session = entry.pop(self._SESSION, None)
-        if actual != response_id:
-            later = await self._get(actual)
-            session = later.pop(self._SESSION, session)
-            entry.update({k: v for k, v in later.items() if k != self._ALIAS})
-        return Continuation(actual, entry, session)
+    async def resolve(self, asked: str) -> Continuation:
+        """Where to continue from when the agent names `asked`, and what that turn holds."""
+        shown = await self.get(turn_key(asked))
+        if shown is None:
+            return Continuation(asked, asked)
+        actual, outputs = asked, dict(shown.withheld)
+        held = shown
+        if shown.continue_from and shown.continue_from != asked:
+            actual = shown.continue_from
+            later = await self.get(turn_key(actual))
+            if later is not None:
+                outputs.update(later.withheld)
+                held = later
+        root = held.root or shown.root or asked
+        return Continuation(actual, root, outputs, list(held.calls), True, held.session or shown.session)

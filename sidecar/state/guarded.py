@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sidecar.state.base import (
@@ -25,10 +25,12 @@ from sidecar.state.base import (
     ApprovalNotFound,
     CallRecord,
     Decision,
+    HeldState,
     Limits,
     StateStore,
     StateUnavailable,
 )
+from sidecar.telemetry.redact import redact_text
 
 log = logging.getLogger("sidecar.state")
 
@@ -58,7 +60,8 @@ class GuardedStore:
         self.backend.limits = value
 
     def _failed(self, operation: str, exc: BaseException, write: bool) -> StateUnavailable:
-        message = f"{self.name} {operation}: {type(exc).__name__}: {exc}"
+        # A backend error can quote its URL with the password (redis://:PASSWORD@host).
+        message = redact_text(f"{self.name} {operation}: {type(exc).__name__}: {exc}")
         self.last_error = message
         if write and self.write_failed_at is None:
             self.write_failed_at = time.time()
@@ -136,11 +139,14 @@ class GuardedStore:
 
     # -- provider-held conversations -------------------------------------------------------------
 
-    async def remember_withheld(self, response_id: str, outputs: Mapping[str, str]) -> None:
-        await self._call("remember_withheld", True, self.backend.remember_withheld(response_id, outputs))
+    async def remember_held(self, key: str, state: HeldState) -> None:
+        await self._call("remember_held", True, self.backend.remember_held(key, state))
 
-    async def withheld_for(self, response_id: str) -> dict[str, str]:
-        return await self._call("withheld_for", False, self.backend.withheld_for(response_id))
+    async def held(self, key: str) -> HeldState | None:
+        return await self._call("held", False, self.backend.held(key))
+
+    async def forget_held(self, key: str) -> None:
+        await self._call("forget_held", True, self.backend.forget_held(key))
 
     # -- health --------------------------------------------------------------------------------
 
@@ -148,7 +154,7 @@ class GuardedStore:
         try:
             reachable = await self.backend.healthy()
         except Exception as exc:
-            self.last_error = f"{self.name} health check: {type(exc).__name__}: {exc}"
+            self.last_error = redact_text(f"{self.name} health check: {type(exc).__name__}: {exc}")
             return False
         return reachable and self.write_failed_at is None
 

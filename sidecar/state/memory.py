@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import replace
 
 from sidecar.state.base import (
     Approval,
     CallRecord,
     Decision,
+    HeldState,
     Limits,
     approval_retention,
     check_decidable,
@@ -47,7 +47,7 @@ class MemoryStore:
         self._total = 0
         self._approvals: dict[str, Approval] = {}
         self._newest_approval: dict[tuple[str, str, str], str] = {}
-        self._withheld: OrderedDict[str, tuple[float, dict[str, str]]] = OrderedDict()
+        self._held: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # key -> (expires, record)
 
     # -- ledger ------------------------------------------------------------------------------
 
@@ -199,19 +199,26 @@ class MemoryStore:
                     del self._newest_approval[key]
         return expired
 
-    # -- Responses API memo ------------------------------------------------------------------
+    # -- what providers hold ------------------------------------------------------------------
 
-    async def remember_withheld(self, response_id: str, outputs: Mapping[str, str]) -> None:
-        self._withheld[response_id] = (self.limits.clock() + self.limits.ttl_s, dict(outputs))
-        self._withheld.move_to_end(response_id)
-        while len(self._withheld) > self.limits.max_total:
-            self._withheld.popitem(last=False)
+    async def remember_held(self, key: str, state: HeldState) -> None:
+        # Kept serialised: a caller editing its record never edits the stored one.
+        self._held[key] = (self.limits.clock() + self.limits.ttl_s, state.to_json())
+        self._held.move_to_end(key)
+        while len(self._held) > self.limits.max_total:
+            self._held.popitem(last=False)
 
-    async def withheld_for(self, response_id: str) -> dict[str, str]:
-        entry = self._withheld.get(response_id)
-        if entry is None or self.limits.clock() >= entry[0]:
-            return {}
-        return dict(entry[1])
+    async def held(self, key: str) -> HeldState | None:
+        entry = self._held.get(key)
+        if entry is None:
+            return None
+        if self.limits.clock() >= entry[0]:
+            del self._held[key]
+            return None
+        return HeldState.from_json(entry[1])
+
+    async def forget_held(self, key: str) -> None:
+        self._held.pop(key, None)
 
     async def healthy(self) -> bool:
         return True

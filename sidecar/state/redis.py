@@ -13,9 +13,11 @@ can never forge another session's key):
     approvals                 zset id -> retention deadline (listing)
     approvals:pending         zset id -> expires (expire_approvals)
     approval_for:<digest>     string, newest approval id for (session, tool, args hash)
-    withheld:<response id>    hash call id -> output
+    held:<k>                  string, what a provider holds under one key (JSON); PX ttl
+    held                      zset <k> -> use sequence (total bound)
 
-Every multi-key step is one Lua script, so it is atomic across replicas. The scripts touch
+`<k>` = first 32 hex digits of sha256(key) for what providers hold (keys carry ids the agent
+sends). Every multi-key step is one Lua script, so it is atomic across replicas. The scripts touch
 keys they compute themselves (eviction), so this targets a single Redis (or Sentinel), not
 Redis Cluster. Connection errors and timeouts (0.5 s) become StateUnavailable.
 """
@@ -39,6 +41,7 @@ from sidecar.state.base import (
     ApprovalConflict,
     CallRecord,
     Decision,
+    HeldState,
     Limits,
     StateUnavailable,
     approval_retention,
@@ -163,6 +166,21 @@ return 'ok'
 """
 
 
+# KEYS: record, index. ARGV: digest, body, ttl ms, max total, prefix. Writes one record and
+# keeps the index within the bound (oldest written first).
+_HELD = """
+local seq = redis.call('INCR', ARGV[5] .. 'seq')
+redis.call('SET', KEYS[1], ARGV[2], 'PX', tonumber(ARGV[3]))
+redis.call('ZADD', KEYS[2], seq, ARGV[1])
+while redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[4]) do
+  local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  redis.call('ZREM', KEYS[2], oldest)
+  redis.call('DEL', ARGV[5] .. 'held:' .. oldest)
+end
+return 1
+"""
+
+
 def _ms(t: float) -> int:
     return int(t * 1000)
 
@@ -228,6 +246,7 @@ class RedisStore:
         self._note = self._r.register_script(_NOTE)
         self._result = self._r.register_script(_RESULT)
         self._cas_script = self._r.register_script(_CAS)
+        self._held_script = self._r.register_script(_HELD)
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -411,19 +430,28 @@ class RedisStore:
                 await self._do(self._r.zrem(pending, approval_id))
         return expired
 
-    # -- Responses API memo ------------------------------------------------------------------
+    # -- what providers hold ------------------------------------------------------------------
 
-    async def remember_withheld(self, response_id: str, outputs: Mapping[str, str]) -> None:
-        if not outputs:
-            return
-        key = self._k("withheld", response_id)
+    def _held_key(self, key: str) -> tuple[str, str]:
+        digest = sha256_hex(key.encode())[:32]
+        return digest, self._k("held", digest)
+
+    async def remember_held(self, key: str, state: HeldState) -> None:
+        digest, record = self._held_key(key)
+        lim = self.limits
+        args: list[str | bytes | int] = [digest, state.to_json(), _ms(lim.ttl_s), lim.max_total, self.prefix]
+        await self._do(self._held_script(keys=[record, self._k("held")], args=args))
+
+    async def held(self, key: str) -> HeldState | None:
+        body: str | None = await self._do(self._r.get(self._held_key(key)[1]))
+        return HeldState.from_json(body) if body else None
+
+    async def forget_held(self, key: str) -> None:
+        digest, record = self._held_key(key)
         pipe = self._r.pipeline(transaction=True)
-        pipe.hset(key, mapping=dict[Any, Any](outputs))
-        pipe.pexpire(key, _ms(self.limits.ttl_s))
+        pipe.delete(record)
+        pipe.zrem(self._k("held"), digest)
         await self._do(pipe.execute())
-
-    async def withheld_for(self, response_id: str) -> dict[str, str]:
-        return await self._hash(self._k("withheld", response_id))
 
     async def healthy(self) -> bool:
         try:

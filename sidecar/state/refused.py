@@ -5,15 +5,16 @@ the stream resume, the input items of later responses, conversation items. A cal
 refused (answered in a repair round, blocked, withdrawn, or not run with a refused sibling) is
 still in the provider's copy; it must never reach the agent through one of those paths.
 
-Kept in the state store (`remember_withheld` / `withheld_for`, keys of their own): by response
-id (a read-back of that response refuses them again) and by call id (a listing removes them).
+Kept in the state store as held records (`remember_held` / `held`, keys of their own): by
+response id (a read-back of that response refuses them again) and by call id (a listing
+removes them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sidecar.state.base import StateStore
+from sidecar.state.base import HeldState, StateStore
 
 _BY_RESPONSE = "\x00refused-response:"
 _BY_CALL = "\x00refused-call:"
@@ -29,19 +30,21 @@ class RefusedCalls:
         if not ids:
             return
         key = _BY_RESPONSE + response_id
-        known = await self.store.withheld_for(key)
-        await self.store.remember_withheld(key, {**known, **dict.fromkeys(ids, "refused")})
+        known = await self.store.held(key)
+        refused = {**(known.withheld if known is not None else {}), **dict.fromkeys(ids, "refused")}
+        await self.store.remember_held(key, HeldState(withheld=refused))
         for call_id in ids:
-            await self.store.remember_withheld(_BY_CALL + call_id, {"response": response_id})
+            await self.store.remember_held(_BY_CALL + call_id, HeldState(root=response_id))
 
     async def for_response(self, response_id: str) -> set[str]:
         """The call ids refused in this response. Raises StateUnavailable."""
-        return set(await self.store.withheld_for(_BY_RESPONSE + response_id))
+        held = await self.store.held(_BY_RESPONSE + response_id)
+        return set(held.withheld) if held is not None else set()
 
     async def refused(self, call_ids: Iterable[str]) -> set[str]:
         """Which of these call ids the sidecar refused (in any response). Raises StateUnavailable."""
         found: set[str] = set()
         for call_id in set(call_ids):
-            if await self.store.withheld_for(_BY_CALL + call_id):
+            if await self.store.held(_BY_CALL + call_id) is not None:
                 found.add(call_id)
         return found

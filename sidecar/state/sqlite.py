@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from functools import partial
 from typing import Any, TypeVar
 
-import orjson
-
 from sidecar.state.base import (
     Approval,
     CallRecord,
     Decision,
+    HeldState,
     Limits,
     StateUnavailable,
     approval_retention,
@@ -71,9 +70,10 @@ CREATE TABLE IF NOT EXISTS approvals (
 );
 CREATE INDEX IF NOT EXISTS approvals_call ON approvals (session, tool, args_hash, created);
 CREATE INDEX IF NOT EXISTS approvals_status ON approvals (status);
-CREATE TABLE IF NOT EXISTS withheld (
-    response_id TEXT PRIMARY KEY, outputs BLOB NOT NULL, expires REAL NOT NULL
+CREATE TABLE IF NOT EXISTS held (
+    key TEXT PRIMARY KEY, body BLOB NOT NULL, expires REAL NOT NULL, seq INTEGER NOT NULL
 );
+CREATE INDEX IF NOT EXISTS held_lru ON held (seq);
 """
 
 _RECORD_COLUMNS = ", ".join(f.name for f in fields(CallRecord))
@@ -352,29 +352,38 @@ class SQLiteStore:
 
         return await self._run(op)
 
-    # -- Responses API memo ------------------------------------------------------------------
+    # -- what providers hold ------------------------------------------------------------------
 
-    async def remember_withheld(self, response_id: str, outputs: Mapping[str, str]) -> None:
-        now = self.limits.clock()
+    async def remember_held(self, key: str, state: HeldState) -> None:
+        lim = self.limits
 
         def op(c: sqlite3.Connection) -> None:
-            c.execute("DELETE FROM withheld WHERE expires <= ?", (now,))
+            now = lim.clock()
+            c.execute("DELETE FROM held WHERE expires <= ?", (now,))
             c.execute(
-                "INSERT OR REPLACE INTO withheld VALUES (?, ?, ?)",
-                (response_id, orjson.dumps(dict(outputs)), now + self.limits.ttl_s),
+                "INSERT OR REPLACE INTO held VALUES (?, ?, ?, ?)",
+                (key, state.to_json(), now + lim.ttl_s, self._next_seq(c)),
             )
+            (count,) = c.execute("SELECT count(*) FROM held").fetchone()
+            if count > lim.max_total:  # least recently written first
+                c.execute(
+                    "DELETE FROM held WHERE key IN (SELECT key FROM held ORDER BY seq LIMIT ?)",
+                    (count - lim.max_total,),
+                )
 
         await self._run(op)
 
-    async def withheld_for(self, response_id: str) -> dict[str, str]:
+    async def held(self, key: str) -> HeldState | None:
         row = await self._run(
             lambda c: c.execute(
-                "SELECT outputs FROM withheld WHERE response_id = ? AND expires > ?",
-                (response_id, self.limits.clock()),
+                "SELECT body FROM held WHERE key = ? AND expires > ?", (key, self.limits.clock())
             ).fetchone(),
             write=False,
         )
-        return dict(orjson.loads(row[0])) if row else {}
+        return HeldState.from_json(row[0]) if row else None
+
+    async def forget_held(self, key: str) -> None:
+        await self._run(lambda c: c.execute("DELETE FROM held WHERE key = ?", (key,)))
 
     async def healthy(self) -> bool:
         try:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from sidecar.telemetry.tokens import DIRECTIONS
 from sidecar.timefmt import iso_utc
 
 OTHER = "other"
@@ -70,6 +71,7 @@ OVERHEAD_BUCKETS = (
     0.05,
     0.1,
 )
+LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 UPSTREAM_BUCKETS = (
     0.05,
     0.1,
@@ -128,6 +130,10 @@ PATH_CLASSES = frozenset(
     }
 )
 ENGINES = frozenset({"embedded", "opa"})
+TOKEN_DIRECTIONS = frozenset(d.value for d in DIRECTIONS)
+LINT_SEVERITIES = ("error", "warning", "info")
+# Lint findings of the latest declaration of each tool: {(tool name, severity): count}.
+LintSource = Callable[[], Mapping[tuple[str, str], int]]
 # sidecar_policy_decision_flips_total{direction}: "<before>_to_<after>" over allow/deny/approval.
 FLIP_DIRECTIONS = frozenset(f"{a}_to_{b}" for a in DECISIONS[:3] for b in DECISIONS[:3] if a != b)
 
@@ -176,10 +182,11 @@ class ToolLabels:
 class _ToolStats:
     """Bounded per-tool counters and a latency reservoir for /v1/status."""
 
-    __slots__ = ("durations", "errors", "ok", "rejections", "repairs", "replays", "verdicts")
+    __slots__ = ("durations", "errors", "ok", "rejections", "repairs", "replays", "tokens", "verdicts")
 
     def __init__(self) -> None:
         self.verdicts: dict[str, int] = {}
+        self.tokens: dict[str, float] = {}
         self.ok = 0
         self.errors = 0
         self.replays = 0
@@ -372,10 +379,43 @@ class Metrics:
             ["provider", "path_class"],
             registry=r,
         )
+        self.loop_lag = Histogram(
+            "sidecar_event_loop_lag_seconds",
+            "How late the event loop ran a timer asked for every 20 ms (time nothing else could run).",
+            buckets=LOOP_LAG_BUCKETS,
+            registry=r,
+        )
         self.filter_errors = Counter(
             "sidecar_filter_errors",
             "Filters that raised, by filter and hook; critical ones made the exchange fail closed.",
             ["filter", "hook", "critical"],
+            registry=r,
+        )
+        # --- approvers (docs/approvals.md) ---
+        self.approval_decisions_refused = Counter(
+            "sidecar_approval_decisions_refused",
+            "Approval decisions refused from an authenticated caller (outside the group, unmapped Slack user).",
+            ["via", "reason"],
+            registry=r,
+        )
+        self.slack_callbacks_refused = Counter(
+            "sidecar_slack_callbacks_refused",
+            "Slack interaction callbacks refused before any decision (signature, stale, replayed, malformed).",
+            ["reason"],
+            registry=r,
+        )
+        self.slack_api_failures = Counter(
+            "sidecar_slack_api_failures",
+            "Slack Web API calls that failed (unreachable, or answered ok: false), by method.",
+            ["method"],
+            registry=r,
+        )
+        self.tool_tokens_counter = Counter(
+            "sidecar_tool_tokens",
+            "Tokens attributed to a tool (an estimate: usage comes per reply and is shared out, docs/cost.md): "
+            "output = writing its calls; input / input_cached / input_cache_write = its calls and results "
+            "in later prompts, at the base rate, read from the cache, written to the cache.",
+            ["tool", "direction"],
             registry=r,
         )
         self.build = Info("sidecar_build", "Sidecar version.", registry=r)
@@ -484,9 +524,29 @@ class Metrics:
     def schema_change(self, tool: str) -> None:
         self._child(self.schema_changes, self.tools.label(tool)).inc()
 
+    def tool_tokens(self, tool: str | None, direction: str, tokens: float) -> None:
+        """Tokens attributed to a tool (an estimate, sidecar/telemetry/tokens.py). direction: one of DIRECTIONS."""
+        if tokens < 0 or tokens != tokens:
+            return
+        label = self.tools.label(tool)
+        direction_label = _bounded(direction, TOKEN_DIRECTIONS, "input")
+        self._child(self.tool_tokens_counter, label, direction_label).inc(tokens)
+        with self._lock:
+            spent = self._tool_stats(label).tokens
+            spent[direction_label] = spent.get(direction_label, 0.0) + tokens
+
+    def lint_findings(self, source: LintSource) -> None:
+        """Expose `sidecar_tool_lint_findings{tool,severity}`, read from `source` at scrape time
+        (it must return what was already linted: a scrape never lints)."""
+        self.registry.register(_LintCollector(self.tools, source))
+
     def approvals_pending(self, n: int) -> None:
         self._approvals_pending = n
         self.approvals_pending_gauge.set(n)
+
+    def approvals_pending_add(self, delta: int) -> None:
+        """One approval more (or fewer) pending, without a recount."""
+        self.approvals_pending(max(0, self._approvals_pending + delta))
 
     def approval(self, outcome: str) -> None:
         """An approval was resolved. outcome: approved, denied, expired."""
@@ -502,6 +562,15 @@ class Metrics:
 
     def admin_unauthorized_request(self) -> None:
         self.admin_unauthorized.inc()
+
+    def approval_decision_refused(self, via: str, reason: str) -> None:
+        self.approval_decisions_refused.labels(via, reason).inc()
+
+    def slack_callback_refused(self, reason: str) -> None:
+        self.slack_callbacks_refused.labels(reason).inc()
+
+    def slack_api_failure(self, method: str) -> None:
+        self.slack_api_failures.labels(method).inc()
 
     def policy_reload(self, ok: bool) -> None:
         (self.policy_reloads if ok else self.policy_reload_failures).inc()
@@ -556,16 +625,29 @@ class Metrics:
         # series count and no dashboard uses; OpenMetrics carries them natively, so keep them there.
         return encoder(_WithoutCreated(self.registry)), content_type
 
-    def status_summary(self) -> dict[str, Any]:
-        """Per-tool view for /v1/status: calls by verdict, latency quantiles, error rate."""
+    def status_summary(self, also: Iterable[str] = ()) -> dict[str, Any]:
+        """Per-tool view for /v1/status: calls by verdict, latency quantiles, error rate, tokens.
+        `also`: tool names listed even when nothing was counted for them yet (declared tools)."""
         with self._lock:
             items = [
-                (name, dict(s.verdicts), s.ok, s.errors, s.replays, s.repairs, s.rejections, sorted(s.durations))
+                (
+                    name,
+                    dict(s.verdicts),
+                    s.ok,
+                    s.errors,
+                    s.replays,
+                    s.repairs,
+                    s.rejections,
+                    sorted(s.durations),
+                    dict(s.tokens),
+                )
                 for name, s in self._stats.items()
             ]
             repairs = dict(self._repairs)
+        counted = {item[0] for item in items}
+        items += [(name, {}, 0, 0, 0, 0, 0, [], {}) for name in set(also) - counted]
         tools: dict[str, Any] = {}
-        for name, verdicts, ok, errors, replays, repairs_n, rejections, durations in sorted(items):
+        for name, verdicts, ok, errors, replays, repairs_n, rejections, durations, tokens in sorted(items):
             results = ok + errors
             tools[name] = {
                 "calls": sum(verdicts.values()),
@@ -580,6 +662,8 @@ class Metrics:
                 "argument_rejections": rejections,
                 "replays": replays,
                 "repairs": repairs_n,
+                # Estimated (docs/cost.md), rounded to whole tokens.
+                "tokens": {d.value: round(tokens.get(d.value, 0.0)) for d in DIRECTIONS},
             }
         return {
             "started_at": iso_utc(self._started),
@@ -591,6 +675,37 @@ class Metrics:
         }
 
     snapshot = status_summary
+
+
+class _LintCollector:
+    """`sidecar_tool_lint_findings`: what the source already linted, tool names through the
+    label cap (names folded into `other` add up)."""
+
+    def __init__(self, tools: ToolLabels, source: LintSource) -> None:
+        self.tools = tools
+        self.source = source
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family({})
+
+    def collect(self) -> Iterator[Metric]:
+        counts: dict[tuple[str, str], int] = {}
+        for (tool, severity), n in self.source().items():
+            key = (self.tools.label(tool), _bounded(severity, LINT_SEVERITIES, "info"))
+            counts[key] = counts.get(key, 0) + n
+        yield self._family(counts)
+
+    @staticmethod
+    def _family(counts: Mapping[tuple[str, str], int]) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            "sidecar_tool_lint_findings",
+            "Lint findings (sidecar schemas lint rules) of the latest declaration of each tool, by severity; "
+            "the highest count over the providers that declare it.",
+            labels=["tool", "severity"],
+        )
+        for (tool, severity), n in sorted(counts.items()):
+            family.add_metric([tool, severity], n)
+        return family
 
 
 class _WithoutCreated:

@@ -40,17 +40,26 @@ _CREDENTIAL_SHAPES = [
     # GitHub and Slack tokens: cheap to add, common in agent tool arguments.
     r"\bgh[pousr]_[A-Za-z0-9]{30,}",
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
-    # user:password@ in URLs.
-    r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)",
+    # user:password@ in URLs, the user possibly empty (redis://:PASSWORD@host).
+    r"(?<=://)[^/\s:@]*:[^/\s@]+(?=@)",
 ]
 _CREDENTIAL_RE = re.compile("|".join(f"(?:{p})" for p in _CREDENTIAL_SHAPES), re.DOTALL)
+# key = value / "key": "value" / key: value in raw text (unparseable arguments, error bodies,
+# query strings): the value after a credential-named key (not an auth scheme word: the bearer
+# shape takes those). A colon needs a space or a quote after it: `token:1a2b3c4d` is the
+# fingerprint the admin API names a token by, not a token.
+_KEY_VALUE_RE = re.compile(
+    r"""(?i)((?:password|passwd|secret|token|api[_-]?key|authorization|credentials?)["']?\s*"""
+    r"""(?:=\s*|:\s+|:(?=["']))["']?)"""
+    r"""(?!(?:bearer|basic)\b)(?!\[REDACTED\])([^\s"',;&}]{3,})"""
+)
 
 
 def redact_text(text: str) -> str:
     """Replace every credential-shaped substring of `text` by [REDACTED]."""
     if len(text) < 8:
         return text
-    return _CREDENTIAL_RE.sub(REDACTED, text)
+    return _KEY_VALUE_RE.sub(lambda m: m.group(1) + REDACTED, _CREDENTIAL_RE.sub(REDACTED, text))
 
 
 def _norm_key(key: str) -> str:

@@ -111,6 +111,45 @@ def rejection_record(
     return record
 
 
+_LINE_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
+# A line may hold this many capped values' worth of bytes before whole fields are summarised.
+_LINE_BUDGET = 16
+
+
+def _cap(value: Any, limit: int, path: str, cut: dict[str, int]) -> Any:
+    """Strings longer than `limit` bytes cut (whole characters), their original size in `cut`."""
+    if isinstance(value, str):
+        raw = value.encode("utf-8", "surrogatepass")
+        if len(raw) <= limit:
+            return value
+        cut[path or "(value)"] = len(raw)
+        return raw[:limit].decode("utf-8", "ignore") + "…"
+    if isinstance(value, dict):
+        return {k: _cap(v, limit, f"{path}.{k}" if path else str(k), cut) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cap(v, limit, f"{path}[{i}]", cut) for i, v in enumerate(value)]
+    return value
+
+
+def bounded_line(record: Mapping[str, Any], limit: int) -> bytes:
+    """One JSON line whose size the caller's data cannot blow up: long strings are cut (their
+    sizes kept under `truncated`), and a line still larger than `_LINE_BUDGET * limit` gets its
+    `schema`, then its `arguments` (or `input`), replaced by their size."""
+    cut: dict[str, int] = {}
+    capped = {key: _cap(value, limit, key, cut) for key, value in record.items()}
+    if cut:
+        capped["truncated"] = cut
+    line = orjson.dumps(capped, default=str, option=_LINE_OPTIONS)
+    for key in ("schema", "arguments", "input"):
+        if len(line) <= _LINE_BUDGET * limit:
+            break
+        if key in capped:
+            size = len(orjson.dumps(record[key], default=str, option=orjson.OPT_NON_STR_KEYS))
+            capped[key] = {"omitted_bytes": size}
+            line = orjson.dumps(capped, default=str, option=_LINE_OPTIONS)
+    return line
+
+
 def redact_record(record: Mapping[str, Any], matcher: KeyMatcher) -> dict[str, Any]:
     """Redact a record. The schema is only shape-redacted: its property *names* (`password`)
     are not secrets and promote needs them intact. Error texts quoting the value of a
@@ -157,9 +196,11 @@ class RejectionLog:
         on_error: Callable[[BaseException], None] | None = None,
         on_drop: Callable[[], None] | None = None,
         stream: IO[Any] | None = None,
+        max_value_bytes: int = 4096,
     ) -> None:
         self.path = path
         self.max_bytes = max_bytes
+        self.max_value_bytes = max_value_bytes
         self.backups = backups
         self.written = 0
         self.dropped = 0
@@ -191,6 +232,8 @@ class RejectionLog:
         if metrics is not None:
             kwargs.setdefault("on_error", metrics.rejection_log_error)
             kwargs.setdefault("on_drop", metrics.rejection_log_drop)
+        if hasattr(settings, "max_value_bytes"):
+            kwargs.setdefault("max_value_bytes", settings.max_value_bytes)
         return cls(
             settings.path,
             max_bytes=settings.max_bytes,
@@ -202,16 +245,12 @@ class RejectionLog:
     # ------------------------------------------------------------------ caller side
 
     def write(self, record: Mapping[str, Any]) -> bool:
-        """Enqueue one record (redacted here). False if it was dropped; never raises."""
+        """Enqueue one record (redacted and bounded here). False if it was dropped; never raises."""
         if self._closed:
             self._count_drop()
             return False
         try:
-            line = orjson.dumps(
-                redact_record(record, self._matcher),
-                default=str,
-                option=orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE,
-            )
+            line = bounded_line(redact_record(record, self._matcher), self.max_value_bytes)
         except Exception as exc:  # unserialisable record: a bug upstream, not a reason to crash
             self._failed(exc)
             return False

@@ -18,6 +18,14 @@ from sidecar.timefmt import duration
 
 # The verdicts a call can get; `replay` = answered from the ledger instead of reaching the agent.
 VERDICTS = ("allow", "reject", "deny", "approval", "replay")
+# `tokens` directions (sidecar_tool_tokens_total), in the order the table shows them.
+TOKEN_COLUMNS = (
+    ("output", "output"),
+    ("input", "input"),
+    ("input_cached", "input cached"),
+    ("input_cache_write", "input cache write"),
+)
+SHORT_HASH = 12
 
 
 def fetch_status(admin_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
@@ -63,8 +71,10 @@ def _headline(status: dict[str, Any]) -> str:
 
 
 def render(status: dict[str, Any], out: TextIO) -> None:
-    """Per tool: calls by verdict, p50/p95 latency, error rate, repairs; then health."""
-    tools = status.get("tools") if isinstance(status.get("tools"), dict) else {}
+    """Per tool: calls by verdict, p50/p95 latency, error rate, repairs; tokens; declarations
+    (drift, lint); then health."""
+    found = status.get("tools")
+    tools: dict[str, Any] = found if isinstance(found, dict) else {}
     out.write(_headline(status))
     if tools:
         header = ["tool", "calls", *VERDICTS, "p50", "p95", "errors", "repairs"]
@@ -87,6 +97,8 @@ def render(status: dict[str, Any], out: TextIO) -> None:
         out.write("(replay: answered from the ledger; p50/p95: tool latency, call delivered to result)\n")
     else:
         out.write("no tool calls seen yet\n")
+    _tokens(tools, out)
+    _declarations(tools, out)
     repairs = status.get("repair_rounds") or {}
     labels = status.get("tool_labels") or {}
     out.write(
@@ -102,6 +114,52 @@ def render(status: dict[str, Any], out: TextIO) -> None:
             details = ", ".join(f"{k}={v}" for k, v in sorted(health.items()) if k != "ok" and v not in (None, ""))
             state = "ok" if health.get("ok", True) else "FAILING"
             out.write(f"  {name:<16} {state}" + (f"  ({details})" if details else "") + "\n")
+
+
+def _tokens(tools: dict[str, Any], out: TextIO) -> None:
+    """Tokens per tool, estimated (docs/cost.md): only tools with some."""
+    rows = []
+    for name, stats in sorted(tools.items()):
+        tokens = stats.get("tokens") or {}
+        if any(tokens.get(key) for key, _ in TOKEN_COLUMNS):
+            rows.append([name, *(tokens.get(key, 0) for key, _ in TOKEN_COLUMNS)])
+    if rows:
+        header = ["tool", *(title for _, title in TOKEN_COLUMNS)]
+        out.write("\ntokens per tool (estimated: each reply's usage shared out by size, docs/cost.md)\n")
+        out.write(table(header, rows, [Align.LEFT] + [Align.RIGHT] * len(TOKEN_COLUMNS), rule=True))
+
+
+def _short(digest: Any) -> str:
+    return str(digest)[:SHORT_HASH] if digest else "-"
+
+
+def _declarations(tools: dict[str, Any], out: TextIO) -> None:
+    """Each tool's current declaration per agent and provider: schema hash, drift, lint."""
+    rows = []
+    for name, stats in sorted(tools.items()):
+        for decl in stats.get("declarations") or []:
+            lint = decl.get("lint")
+            if lint is None:
+                findings = ["(not linted yet)", "", ""]
+            elif not lint.get("ok", True):
+                findings = ["(lint failed)", "", ""]
+            else:
+                findings = [lint.get("error", 0), lint.get("warning", 0), ", ".join(lint.get("rules") or []) or "-"]
+            rows.append(
+                [
+                    name,
+                    decl.get("provider", ""),
+                    _short(decl.get("schema_hash")),
+                    decl.get("changes", 0),
+                    _short(decl.get("previous_schema_hash")),
+                    *findings,
+                ]
+            )
+    if rows:
+        header = ["tool", "provider", "schema", "changes", "previous", "errors", "warnings", "rules"]
+        align = [Align.LEFT, Align.LEFT, Align.LEFT, Align.RIGHT, Align.LEFT, Align.RIGHT, Align.RIGHT, Align.LEFT]
+        out.write("\ndeclarations (latest seen; changes: drift; errors/warnings: sidecar schemas lint)\n")
+        out.write(table(header, rows, align, rule=True))
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -122,7 +180,8 @@ def register(subparsers: Any) -> None:
         "status",
         help="per-tool summary and component health from the admin port",
         description="The admin port's /v1/status as a table: calls per tool by verdict, tool latency, error rate, "
-        "repair rounds, and the health of each component. Exit 0 when ready, 1 when not ready or unreachable.",
+        "repair rounds, tokens per tool (estimated), each tool's current declaration (schema hash, changes, lint "
+        "findings), and the health of each component. Exit 0 when ready, 1 when not ready or unreachable.",
     )
     add_admin_url_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the /v1/status JSON as the API returns it")

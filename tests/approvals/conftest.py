@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -14,13 +15,21 @@ import aiohttp
 import pytest
 
 from sidecar.app import Running
+from sidecar.model import ToolCall
 from sidecar.policy.sources import init_directory
 from sidecar.scripted import ToolCallSpec
+from sidecar.state import Approval
 from tests.helpers.redis_server import run_redis_server
 
 REPO = Path(__file__).resolve().parents[2]
 SIDECAR_BIN = str(Path(sys.executable).with_name("sidecar"))
 TOKEN = "admin-token-0123456789"
+# The sidecar's view of TOKEN (`TOKEN NAME GROUP,GROUP`): alice decides for both groups the
+# support example names. OTHER_TOKEN (bob) is an operator: outside both.
+APPROVER = "alice"
+TOKEN_LINE = f"{TOKEN} {APPROVER} support-leads,finance-approvers"
+OTHER_TOKEN = "operator-token-0123456789"
+OTHER_LINE = f"{OTHER_TOKEN} bob operators"
 SEND_SCHEMA = {
     "type": "object",
     "properties": {
@@ -63,12 +72,29 @@ def policies_dir(tmp_path: Path) -> Path:
 StartApprovals = Callable[..., Awaitable[Running]]
 
 
+async def create_approval(
+    running: Running,
+    session: str = "s-1",
+    tool: str = "support_replies_send",
+    group: str = "support-leads",
+    arguments: dict[str, Any] | None = None,
+) -> Approval:
+    """A pending approval, created the way the approval filter does (no model round needed)."""
+    arguments = dict(OUTSIDE if arguments is None else arguments)
+    call = ToolCall("call_1", tool, arguments, "")
+    a, created = await running.sidecar.approvals.find_or_create(
+        session, tool, arguments, call.args_hash, group, 600, ["needs a human"]
+    )
+    assert created
+    return a
+
+
 @pytest.fixture
 def start_approvals(start_sidecar: Any, policies_dir: Path) -> StartApprovals:
-    """A sidecar with the real policy and an admin token (overridable)."""
+    """A sidecar with the real policy and an admin token, alice's (overridable)."""
 
     async def _start(**overrides: Any) -> Running:
-        flags: dict[str, Any] = {"policies": str(policies_dir), "admin_token": TOKEN}
+        flags: dict[str, Any] = {"policies": str(policies_dir), "admin_token": TOKEN_LINE}
         flags.update(overrides)
         running: Running = await start_sidecar(**flags)
         return running
@@ -138,3 +164,24 @@ async def metric(running: Running, line_prefix: str) -> float:
 def redis_url() -> Iterator[str]:
     with run_redis_server() as url:
         yield url
+
+
+@pytest.fixture
+def audit() -> Iterator[list[dict[str, Any]]]:
+    """The fields of every `approval` audit line logged while the test runs."""
+    lines: list[dict[str, Any]] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == "approval":
+                lines.append(record.fields)  # type: ignore[attr-defined]
+
+    handler, logger = Keep(), logging.getLogger("sidecar")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -10,26 +10,26 @@ import re
 import aiohttp
 import pytest
 
-from sidecar.model import ToolCall
 from sidecar.scripted import Turn
 from sidecar.timefmt import parse_iso
-from tests.approvals.conftest import OUTSIDE, SEND_SCHEMA, TOKEN, TOOLS, admin, cli, metric, pending, send
+from tests.approvals.conftest import (
+    OUTSIDE,
+    SEND_SCHEMA,
+    TOKEN,
+    TOOLS,
+    admin,
+    cli,
+    create_approval,
+    metric,
+    pending,
+    send,
+)
 from tests.e2e.agents import AGENTS
-
-
-async def _create(running, session="s-1", tool="support_replies_send", group="support-leads", arguments=None):
-    arguments = dict(OUTSIDE if arguments is None else arguments)
-    call = ToolCall("call_1", tool, arguments, "")
-    a, created = await running.sidecar.approvals.find_or_create(
-        session, tool, arguments, call.args_hash, group, 600, ["needs a human"]
-    )
-    assert created
-    return a
 
 
 async def test_requests_without_a_valid_token_are_refused_and_counted(start_approvals):
     running = await start_approvals()
-    a = await _create(running)
+    a = await create_approval(running)
 
     for token in (None, "wrong-token", TOKEN + "x", ""):
         status, body = await admin(running, "POST", f"/approvals/{a.id}/approve", token=token)
@@ -47,7 +47,7 @@ async def test_requests_without_a_valid_token_are_refused_and_counted(start_appr
 
 async def test_without_a_configured_token_every_request_is_refused(start_approvals):
     running = await start_approvals(admin_token=None)
-    a = await _create(running)
+    a = await create_approval(running)
     for method, path in (
         ("GET", "/approvals"),
         ("GET", f"/approvals/{a.id}"),
@@ -68,8 +68,8 @@ async def test_token_file_is_reread_when_the_secret_rotates(start_approvals, tmp
     old_dir, new_dir = tmp_path / "..2026_01", tmp_path / "..2026_02"
     old_dir.mkdir()
     new_dir.mkdir()
-    (old_dir / "tokens").write_text("first-token\n\nsecond-token\n")
-    (new_dir / "tokens").write_text("rotated-token\n")
+    (old_dir / "tokens").write_text("first-token ann support-leads\n\nsecond-token ben support-leads\n")
+    (new_dir / "tokens").write_text("rotated-token cat support-leads\n")
     link = tmp_path / "tokens"
     link.symlink_to(old_dir / "tokens")
     running = await start_approvals(admin_token=None, admin_token_file=str(link))
@@ -84,23 +84,23 @@ async def test_token_file_is_reread_when_the_secret_rotates(start_approvals, tmp
     assert (await admin(running, "GET", "/approvals", token="first-token"))[0] == 401
     assert (await admin(running, "GET", "/approvals", token="rotated-token"))[0] == 200
 
-    a = await _create(running)
+    a = await create_approval(running)
     token_file = tmp_path / "cli-token"
     token_file.write_text("rotated-token\n")
     done = await cli(running.admin_url, "approve", a.id, "--token-file", str(token_file), token=None)
     assert done.code == 0, done.err
-    # No `by`: the approver is the token's fingerprint, never the token itself.
-    decided_by = (await running.sidecar.state.get_approval(a.id)).decided_by
-    assert decided_by.startswith("token:") and "rotated" not in decided_by
+    # The approver is the name the token's line gives, never the token itself.
+    assert (await running.sidecar.state.get_approval(a.id)).decided_by == "cat"
+    assert f"{a.id}: approved by cat" in done.out
 
 
 async def test_concurrent_approve_and_deny_exactly_one_wins(start_approvals):
     running = await start_approvals()
     for _ in range(10):
-        a = await _create(running, session=f"race-{os.urandom(4).hex()}")
+        a = await create_approval(running, session=f"race-{os.urandom(4).hex()}")
         results = await asyncio.gather(
-            admin(running, "POST", f"/approvals/{a.id}/approve", body={"by": "alice"}),
-            admin(running, "POST", f"/approvals/{a.id}/deny", body={"by": "bob", "comment": "no"}),
+            admin(running, "POST", f"/approvals/{a.id}/approve"),
+            admin(running, "POST", f"/approvals/{a.id}/deny", body={"comment": "no"}),
         )
         statuses = sorted(status for status, _ in results)
         assert statuses == [200, 409]
@@ -111,10 +111,10 @@ async def test_concurrent_approve_and_deny_exactly_one_wins(start_approvals):
         assert (await running.sidecar.state.get_approval(a.id)).status == winner["status"]
 
     # The same race through two CLI processes.
-    a = await _create(running, session="race-cli")
+    a = await create_approval(running, session="race-cli")
     approve, deny = await asyncio.gather(
-        cli(running.admin_url, "approve", a.id, "--by", "alice"),
-        cli(running.admin_url, "deny", a.id, "--by", "bob"),
+        cli(running.admin_url, "approve", a.id),
+        cli(running.admin_url, "deny", a.id),
     )
     assert sorted((approve.code, deny.code)) == [0, 1]
     loser = approve if approve.code else deny
@@ -123,8 +123,8 @@ async def test_concurrent_approve_and_deny_exactly_one_wins(start_approvals):
 
 async def test_list_show_filters_and_errors(start_approvals):
     running = await start_approvals()
-    first = await _create(running, session="s-a")
-    second = await _create(
+    first = await create_approval(running, session="s-a")
+    second = await create_approval(
         running,
         session="s-b",
         tool="payments_refund",
@@ -196,8 +196,8 @@ async def test_list_show_filters_and_errors(start_approvals):
 
 async def test_metrics_follow_the_approvals(start_approvals):
     running = await start_approvals()
-    first = await _create(running, session="m-1")
-    second = await _create(running, session="m-2")
+    first = await create_approval(running, session="m-1")
+    second = await create_approval(running, session="m-2")
     assert await metric(running, "sidecar_approvals_pending") == 2
     await admin(running, "POST", f"/approvals/{first.id}/approve")
     await admin(running, "POST", f"/approvals/{second.id}/deny")
@@ -208,7 +208,7 @@ async def test_metrics_follow_the_approvals(start_approvals):
 
 async def test_nothing_on_the_proxy_port_approves(model, start_approvals):
     running = await start_approvals()
-    a = await _create(running)
+    a = await create_approval(running)
     async with aiohttp.ClientSession() as session:
         for path in (f"/approvals/{a.id}/approve", f"/v1/approvals/{a.id}/approve"):
             async with session.post(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from sidecar.scripted import ToolCallSpec, Turn
@@ -71,7 +69,7 @@ async def test_approved_call_goes_through_exactly_once(model, start_approvals, k
     assert [a["id"] for a in await pending(running)] == [approval_id]
     agent.answer({})
 
-    done = await cli(running.admin_url, "approve", approval_id, "--by", "alice", "--comment", "looks right")
+    done = await cli(running.admin_url, "approve", approval_id, "--comment", "looks right")
     assert done.code == 0, done.err
     assert f"{approval_id}: approved by alice (looks right)" in done.out
 
@@ -91,7 +89,11 @@ async def test_approved_call_goes_through_exactly_once(model, start_approvals, k
     agent.answer({})
 
     # Other arguments are not covered by an approval, even an approved one.
-    status, _ = await admin(running, "POST", f"/approvals/{second['approval_id']}/approve", body={"by": "alice"})
+    status, _ = await admin(
+        running,
+        "POST",
+        f"/approvals/{second['approval_id']}/approve",
+    )
     assert status == 200
     changed = {**OUTSIDE, "body": "Your refund is on its way. Also, here is a discount code."}
     model.add_turns([Turn(tool_calls=[send(changed)]), Turn(text="That one needs approval too.")])
@@ -109,9 +111,9 @@ async def test_denial_reaches_the_model_with_the_comment(model, start_approvals,
     agent = AGENTS[kind](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "deny-me"})
     approval_id = await _request_approval(model, agent, kind, stream, OUTSIDE)
 
-    done = await cli(running.admin_url, "deny", approval_id, "--by", "carol", "--comment", "no mail to outside")
+    done = await cli(running.admin_url, "deny", approval_id, "--comment", "no mail to outside")
     assert done.code == 0, done.err
-    assert "denied by carol" in done.out
+    assert "denied by alice" in done.out
 
     model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="The reply was denied.")])
     received = await agent.ask(stream)
@@ -120,7 +122,7 @@ async def test_denial_reaches_the_model_with_the_comment(model, start_approvals,
     [output] = _last_outputs(model, kind)
     assert output == {
         "status": "denied",
-        "reasons": ["denied by carol: no mail to outside"],
+        "reasons": ["denied by alice: no mail to outside"],
         "approval_id": approval_id,
         "retryable": False,
     }
@@ -166,35 +168,20 @@ async def test_approved_call_held_back_with_a_refused_neighbour_is_not_used_up(m
     assert record["status"] == "consumed"
 
 
-async def test_audit_lines_for_request_and_decisions(model, start_approvals):
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if getattr(record, "event", None) == "approval":
-                records.append(record)
-
-    handler = Keep()
-    logger = logging.getLogger("sidecar")
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        running = await start_approvals()
-        agent = AGENTS["chat"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "audited"})
-        approval_id = await _request_approval(model, agent, "chat", False, OUTSIDE)
-        await admin(running, "POST", f"/approvals/{approval_id}/approve", body={"by": "gil", "comment": "ok"})
-        model.add_turns([Turn(tool_calls=[send(OUTSIDE)])])
-        assert (await agent.ask(stream=False)).calls
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-    lines = [r.fields for r in records]  # type: ignore[attr-defined]
+async def test_audit_lines_for_request_and_decisions(model, start_approvals, audit):
+    running = await start_approvals()
+    agent = AGENTS["chat"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": "audited"})
+    approval_id = await _request_approval(model, agent, "chat", False, OUTSIDE)
+    await admin(running, "POST", f"/approvals/{approval_id}/approve", body={"comment": "ok"})
+    model.add_turns([Turn(tool_calls=[send(OUTSIDE)])])
+    assert (await agent.ask(stream=False)).calls
+    lines = audit
     assert [(f["action"], f["approval_id"]) for f in lines] == [
         ("requested", approval_id),
         ("approved", approval_id),
         ("consumed", approval_id),
     ]
     assert lines[0]["arguments"] == OUTSIDE and lines[0]["session"] == "audited"
-    assert (lines[1]["decided_by"], lines[1]["comment"]) == ("gil", "ok")
-    assert lines[1]["token"].startswith("token:") and TOKEN not in str(lines[1])
+    assert (lines[1]["decided_by"], lines[1]["comment"]) == ("alice", "ok")
+    assert lines[1]["credential"].startswith("token:") and TOKEN not in str(lines[1])
+    assert (lines[1]["approver"], lines[1]["via"]) == ("alice", "api")

@@ -59,7 +59,7 @@ async def test_hold_stream_waits_for_the_approval(model, start_approvals, monkey
     asking = asyncio.ensure_future(agent.ask(stream=True))
     [held] = await wait_for_pending(running)
     assert not asking.done()
-    done = await cli(running.admin_url, "approve", held["id"], "--by", "erin")
+    done = await cli(running.admin_url, "approve", held["id"])
     assert done.code == 0, done.err
     received = await asking
 
@@ -84,14 +84,12 @@ async def test_hold_denied_and_timeout(model, start_approvals):
     model.add_turns([Turn(tool_calls=[send(OUTSIDE)]), Turn(text="It was denied.")])
     asking = asyncio.ensure_future(agent.ask(stream=False))
     [held] = await wait_for_pending(running)
-    status, _ = await admin(
-        running, "POST", f"/approvals/{held['id']}/deny", body={"by": "frank", "comment": "wrong customer"}
-    )
+    status, _ = await admin(running, "POST", f"/approvals/{held['id']}/deny", body={"comment": "wrong customer"})
     assert status == 200
     received = await asking
     assert received.calls == [] and received.text == "It was denied."
     output = AGENTS["chat"].tool_outputs([r for r in model.requests if r.protocol][-1])[0]
-    assert output["reasons"] == ["denied by frank: wrong customer"]
+    assert output["reasons"] == ["denied by alice: wrong customer"]
 
     # Nobody decides within hold_timeout_s: the call is deferred like in defer mode.
     quick = await start_approvals(approvals={"mode": "hold", "hold_timeout_s": 0.2})

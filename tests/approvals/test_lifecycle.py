@@ -12,7 +12,7 @@ from sidecar.app import start
 from sidecar.config import load_settings
 from sidecar.scripted import Turn
 from sidecar.timefmt import parse_iso
-from tests.approvals.conftest import OUTSIDE, TOKEN, TOOLS, admin, cli, metric, pending, send
+from tests.approvals.conftest import OUTSIDE, TOKEN_LINE, TOOLS, admin, cli, metric, pending, send
 from tests.e2e.agents import AGENTS
 
 
@@ -25,7 +25,7 @@ def _settings(model, tmp_path, policies_dir, state):
             "openai_upstream": model.url,
             "rejection_log": {"path": str(tmp_path / "rejections.jsonl")},
             "policies": str(policies_dir),
-            "admin_token": TOKEN,
+            "admin_token": TOKEN_LINE,
             "state": state,
         },
         environ={},
@@ -56,14 +56,14 @@ async def test_pending_approval_survives_a_restart(model, tmp_path, policies_dir
     second = await start(settings)
     try:
         assert [a["id"] for a in await pending(second)] == [waiting["id"]]
-        done = await cli(second.admin_url, "approve", waiting["id"], "--by", "dana")
+        done = await cli(second.admin_url, "approve", waiting["id"])
         assert done.code == 0, done.err
         agent = AGENTS["anthropic"](second.proxy_url, TOOLS, headers=headers)
         model.add_turns([Turn(tool_calls=[send(OUTSIDE)])])
         received = await agent.ask(stream=False)
         assert received.calls == [("support_replies_send", OUTSIDE)]
         _, record = await admin(second, "GET", f"/approvals/{waiting['id']}")
-        assert (record["status"], record["decided_by"]) == ("consumed", "dana")
+        assert (record["status"], record["decided_by"]) == ("consumed", "alice")
     finally:
         await second.stop()
 

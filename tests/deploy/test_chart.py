@@ -14,7 +14,8 @@ import helm_python as helm
 import pytest
 import yaml
 
-from sidecar.config import load_settings
+from sidecar.admin.auth import AdminAuth
+from sidecar.config import Settings, load_settings
 from sidecar.policy.sources import init_directory
 from sidecar.telemetry.metrics import TOOL_BUCKETS
 from tests.deploy.chart import (
@@ -248,13 +249,21 @@ def test_docs_show_the_tested_agent_chart_template():
     assert template in docs, "docs/kubernetes.md must show tests/deploy/fixtures/agent-chart's deployment.yaml"
 
 
-def test_admin_tokens_secret_holds_identities_and_groups():
+def test_admin_tokens_secret_holds_identities_and_groups(tmp_path):
     rendered = render(values_file("sidecar-values.yaml"))
     secret = rendered.one("Secret")
     assert base64.b64decode(secret["data"]["tokens"]).decode() == (
         "approver-token-0123456789abcdef alice support-leads,finance-approvers\n"
         "oncall-token-0123456789abcdef0 oncall operators\n"
     )
+    # The sidecar reads that file as those approvers.
+    mounted = tmp_path / "tokens"
+    mounted.write_bytes(base64.b64decode(secret["data"]["tokens"]))
+    auth = AdminAuth(Settings(admin_token_file=str(mounted)))
+    alice = auth.check("Bearer approver-token-0123456789abcdef").approver
+    oncall = auth.check("Bearer oncall-token-0123456789abcdef0").approver
+    assert alice is not None and (alice.name, alice.groups) == ("alice", {"support-leads", "finance-approvers"})
+    assert oncall is not None and (oncall.name, oncall.groups) == ("oncall", {"operators"})
     spec = rendered.patch()["spec"]["template"]["spec"]
     sidecar = containers(spec)["agent-sidecar"]
     assert sidecar["args"][4:] == ["--admin-token-file", "/etc/agent-sidecar/admin/tokens"]
@@ -449,6 +458,7 @@ BAD_VALUES = [
     ({"config": {"state": {"backend": "redis"}}}, "/config/state/backend"),
     ({"adminTokens": {"tokens": [{"token": "short", "name": "a", "groups": ["g"]}]}}, "/adminTokens/tokens/0/token"),
     ({"adminTokens": {"tokens": [{"token": "0123456789abcdefgh", "name": "a b", "groups": ["g"]}]}}, "/name"),
+    ({"adminTokens": {"tokens": [{"token": "#0123456789abcdefgh", "name": "a", "groups": ["g"]}]}}, "/token"),
     ({"sidecar": {"nativeSidecar": "maybe"}}, "/sidecar/nativeSidecar"),
     ({"gateway": {"workers": 0}}, "/gateway/workers"),
     ({"monitoring": {"prometheusRule": {"slo": {"toolLatencySeconds": "7"}}}}, "toolLatencySeconds"),
@@ -508,3 +518,30 @@ def test_every_value_is_documented():
             missing.append(line.strip())
         documented.append((indent, here))
     assert not missing, f"undocumented values: {missing}"
+
+
+def test_the_documented_slack_values_give_the_sidecar_complete_slack_settings(tmp_path):
+    """docs/kubernetes.md's Slack snippet: secrets from a Secret (env), the users file mounted,
+    the rest in the config file; together, the settings the sidecar loads."""
+    docs = (REPO / "docs" / "kubernetes.md").read_text()
+    block = docs[docs.index("**Slack approvals**") :]
+    match = re.search(r"```yaml\n(.*?)```", block, re.S)
+    assert match is not None
+    rendered = render(yaml.safe_load(match.group(1)))
+    spec = rendered.patch()["spec"]["template"]["spec"]
+    sidecar = containers(spec)["agent-sidecar"]
+    secrets = {
+        e["name"]: e["valueFrom"]["secretKeyRef"] for e in sidecar["env"] if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    assert set(secrets) == {"SIDECAR_APPROVALS__SLACK__SIGNING_SECRET", "SIDECAR_APPROVALS__SLACK__BOT_TOKEN"}
+    mounts = {m["mountPath"]: m["name"] for m in sidecar["volumeMounts"]}
+    assert mounts["/etc/agent-sidecar/slack"] in {v["name"] for v in spec["volumes"]}
+
+    [configmap] = [m for m in rendered.of_kind("ConfigMap") if m["metadata"]["name"].endswith("-config")]
+    path = tmp_path / "config.yaml"
+    path.write_text(configmap["data"]["config.yaml"])
+    environ = {name: "from-the-secret" for name in secrets}
+    slack = load_settings(config_file=path, environ=environ).approvals.slack
+    assert slack is not None
+    assert (slack.channel, slack.users_file) == ("C0123APPROVALS", "/etc/agent-sidecar/slack/users")
+    assert slack.signing_secret == slack.bot_token == "from-the-secret"

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import StartSidecar
 from tests.deploy.chart import CHART, REPO
 from tests.deploy.prometheus import Prometheus, QueryError, finite_samples, run_prometheus
-from tests.deploy.workload import FOCUS_TOOL, TOKEN, Workload
+from tests.deploy.workload import FOCUS_TOOL, TOKEN_LINE, Workload
 from tests.helpers.metrics import scrape
 from tests.helpers.ports import free_port
 
@@ -172,7 +172,7 @@ def _dashboard_policies(tmp_path: Path) -> Path:
 async def test_every_panel_returns_data_from_a_real_prometheus(model, start_sidecar: StartSidecar, tmp_path: Path):
     running = await start_sidecar(
         policies=str(_dashboard_policies(tmp_path)),
-        admin_token=TOKEN,
+        admin_token=TOKEN_LINE,
         openai_upstream=f"http://127.0.0.1:{free_port()}",  # nothing listens: upstream errors
     )
     target = running.admin_url.removeprefix("http://")

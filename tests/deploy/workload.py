@@ -5,8 +5,10 @@ One round: a valid call with an ok result and its identical repeat (answered fro
 ledger), a call with an error result, bad arguments corrected in a repair round, bad
 arguments until the rounds are exhausted, a policy denial, an approval requested, approved
 and used, a streamed request, a request refused as a whole (too deep), a passthrough request,
-and a request to an upstream that does not answer. Run it twice with a scrape in between, so
-that every counter increases between two samples Prometheus holds.
+and a request to an upstream that does not answer; replies carry usage (cache reads and writes
+included), so tokens are attributed to the tools; the tool's declaration changes and changes
+back (drift). Run it twice with a scrape in between, so that every counter increases between
+two samples Prometheus holds.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
 from tests.e2e.agents import AnthropicAgent, ChatAgent
 
 TOKEN = "dashboard-admin-token-0123456789"
+# The sidecar's line for TOKEN: an approver in the group the workload's policy names.
+TOKEN_LINE = f"{TOKEN} alice support-leads"
 SEND = "support_replies_send"
 SEND_SCHEMA = {
     "type": "object",
@@ -32,6 +36,10 @@ SEND_SCHEMA = {
     "required": ["ticket_id", "to", "body"],
 }
 TOOLS = {SEND: SEND_SCHEMA, "support_tickets_search": {"type": "object", "properties": {"query": {"type": "string"}}}}
+# The same tool with one more field: declaring it, then the original again, is two changes.
+SEND_CHANGED = {**SEND_SCHEMA, "properties": {**SEND_SCHEMA["properties"], "cc": {"type": "string"}}}
+# A reply whose prompt was partly read from and written to the provider's cache.
+CACHED = {"cache_read_tokens": 120, "cache_write_tokens": 40}
 # The tool the per-tool dashboard is checked for: the workload exercises every verdict on it.
 FOCUS_TOOL = SEND
 
@@ -62,6 +70,7 @@ class Workload:
         await self._refused_too_deep()
         await self._passthrough()
         await self._upstream_unreachable()
+        await self._declaration_changes(f"{prefix}-drift")
 
     async def _valid_then_replayed(self, session: str, ticket: str) -> None:
         agent = self._agent(session)
@@ -70,7 +79,7 @@ class Workload:
         assert got.calls == [(SEND, _send(ticket).arguments)]
         agent.answer({got.call_ids[0]: '{"status": "sent"}'})
         # The identical call again: side effects, so the model is answered from the ledger.
-        self.model.add_turns([Turn(tool_calls=[_send(ticket)]), Turn(text="It was already sent.")])
+        self.model.add_turns([Turn(tool_calls=[_send(ticket)], usage=CACHED), Turn(text="It was already sent.")])
         got = await agent.ask(stream=True)
         assert got.calls == [] and "already sent" in got.text
 
@@ -117,13 +126,20 @@ class Workload:
         assert got.calls == []
         agent.answer({})
         [approval] = [a for a in await self._admin("GET", "/approvals") if a["session"] == session]
-        await self._admin("POST", f"/approvals/{approval['id']}/approve", {"by": "alice"})
+        await self._admin("POST", f"/approvals/{approval['id']}/approve")
         self.model.add_turns([Turn(tool_calls=[outside])])
         got = await agent.ask(stream=False)
         assert got.calls == [(SEND, outside.arguments)]
         agent.answer({got.call_ids[0]: '{"status": "sent"}'})
         self.model.add_turns([Turn(text="Sent.")])
         await agent.ask(stream=False)
+
+    async def _declaration_changes(self, session: str) -> None:
+        for tools in ({**TOOLS, SEND: SEND_CHANGED}, TOOLS):
+            self.model.add_turns([Turn(text="Noted.")])
+            agent = AnthropicAgent(self.running.proxy_url, tools, headers={"X-Sidecar-Session": session})
+            got = await agent.ask(stream=False)
+            assert got.calls == []
 
     async def _admin(self, method: str, path: str, body: Any = None) -> Any:
         headers = {"Authorization": f"Bearer {TOKEN}"}

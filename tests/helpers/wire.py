@@ -12,8 +12,9 @@ DOCS = frozenset({"PROTOCOLS.md", "SOURCES.md"})
 
 
 def wire_names() -> list[str]:
-    """Every recorded transcript (the notes files excluded), sorted."""
-    return [p.name for p in sorted(WIRE.iterdir()) if p.name not in DOCS]
+    """Every recorded transcript at the top level (the notes files excluded), sorted. The
+    `conversations/` folder holds the other requests and replies of some of them."""
+    return [p.name for p in sorted(WIRE.iterdir()) if p.is_file() and p.name not in DOCS]
 
 
 def wire_bytes(name: str) -> bytes:

@@ -59,7 +59,7 @@ ORDER = {
 
 @pytest.fixture
 def lockdown() -> Lockdown:
-    return Lockdown(cache_size=16)
+    return Lockdown()
 
 
 def check(
@@ -485,12 +485,27 @@ def test_compiled_once_per_schema(lockdown: Lockdown) -> None:
     assert lockdown.compiled_count == 3  # the settings change what is compiled
 
 
-def test_cache_is_bounded() -> None:
-    lockdown = Lockdown(cache_size=2)
+def test_cache_is_bounded_by_bytes() -> None:
     schemas = [{"type": "object", "properties": {f"p{i}": {"type": "string"}}} for i in range(3)]
+    weight = 4 * len(orjson.dumps(schemas[0]))  # each entry weighs its JSON size times four
+    lockdown = Lockdown(cache_bytes=2 * weight)
     for schema in [*schemas, schemas[2], schemas[0]]:
         check(lockdown, schema, {})
     assert lockdown.compiled_count == 4  # schemas[0] was evicted, compiled again
+    assert lockdown.cached_bytes <= 2 * weight
+
+
+def test_twenty_big_schemas_never_hold_more_than_the_cache_bound() -> None:
+    """The observed failure: 20 distinct 5 MB schemas kept +99 MB. Now each is refused above the
+    size limit without compiling, and compiled ones stay within the byte bound."""
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 200} for i in range(300)}}
+    lockdown = Lockdown(cache_bytes=1024 * 1024, max_schema_bytes=32 * 1024)
+    for i in range(20):
+        schema = {**big, "title": str(i)}
+        decl = ToolDeclaration.create("big", schema)
+        verdict = lockdown.check(ToolCall(str(i), "big", {}, ""), decl, ON)
+        assert not verdict.allowed and "above the sidecar's limit" in verdict.errors[0].problem
+    assert lockdown.compiled_count == 0 and lockdown.cached_bytes == 0
 
 
 # -- properties --------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ async def test_input_document_follows_the_contract() -> None:
         "provider": "anthropic",
         "model": "claude-test",
         "agent": {"id": "agent-7", "namespace": "", "labels": {"team": "support"}},
-        "session": {"id": "sess-1", "calls_total": 0, "calls_by_tool": {}},
+        "session": {"id": "sess-1", "source": "derived", "calls_total": 0, "calls_by_tool": {}},
         "tool": {
             "name": "payments_refund",
             "declared": True,

@@ -222,3 +222,33 @@ async def test_reset_with_seed_replays_identical_bytes(model: ScriptedModel, pos
         _, raw, _ = await post("/v1/messages", {"model": "m", "stream": True, "messages": USER})
         bodies.append(raw)
     assert bodies[0] == bodies[1]
+
+
+async def test_cache_usage_in_each_protocols_fields(model: ScriptedModel, claude, oai) -> None:
+    cached = {"input_tokens": 10, "cache_read_tokens": 700, "cache_write_tokens": 90}
+    model.add_turns(Turn(text="x", usage=cached), Turn(text="y", usage=cached))
+    whole = await claude.messages.create(model="m", max_tokens=5, messages=USER)
+    async with claude.messages.stream(model="m", max_tokens=5, messages=USER) as events:
+        streamed = await events.get_final_message()
+    for usage in (whole.usage, streamed.usage):
+        assert (usage.input_tokens, usage.cache_read_input_tokens, usage.cache_creation_input_tokens) == (10, 700, 90)
+    assert whole.usage.cache_creation is not None and whole.usage.cache_creation.ephemeral_5m_input_tokens == 90
+
+    model.add_turns(Turn(text="x", usage={"input_tokens": 800, "cache_read_tokens": 700}))
+    chat = await oai.chat.completions.create(model="m", messages=USER)
+    assert chat.usage is not None and chat.usage.prompt_tokens == 800
+    assert chat.usage.prompt_tokens_details is not None and chat.usage.prompt_tokens_details.cached_tokens == 700
+    model.add_turns(Turn(text="x", usage={"input_tokens": 800, "cache_read_tokens": 700}))
+    response = await oai.responses.create(model="m", input="hi")
+    assert response.usage is not None and response.usage.input_tokens_details.cached_tokens == 700
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [{"cache_write_tokens": 5}, {"input_tokens": 100, "cache_read_tokens": 200}],
+    ids=["openai has no cache writes", "prompt tokens include the cached ones"],
+)
+async def test_cache_usage_no_openai_api_sends_is_refused(model: ScriptedModel, oai, usage) -> None:
+    model.add_turns(Turn(text="x", usage=usage))
+    with pytest.raises(openai.BadRequestError, match="scripted model"):
+        await oai.chat.completions.create(model="m", messages=USER)

@@ -13,6 +13,7 @@ import pytest
 
 from sidecar.config import StateSettings
 from sidecar.state import (
+    HeldState,
     Limits,
     MemoryStore,
     StateStore,
@@ -34,7 +35,7 @@ async def _write_some(store: StateStore) -> None:
     await store.note_replay("s1", call("c1").replay_key)
     await store.create_approval(approval("a1"))
     await store.decide_approval("a1", "approved", "alice", None, time.time())
-    await store.remember_withheld("resp_1", {"fc_1": "denied"})
+    await store.remember_held("turn:resp_1", HeldState(root="resp_0", withheld={"fc_1": "denied"}))
 
 
 async def _check_some(store: StateStore) -> None:
@@ -43,7 +44,7 @@ async def _check_some(store: StateStore) -> None:
     assert await store.session_counts("s1") == (1, {"transfer": 1})
     a = await store.get_approval("a1")
     assert a is not None and (a.status, a.decided_by, a.arguments) == ("approved", "alice", {"amount": 10, "note": []})
-    assert await store.withheld_for("resp_1") == {"fc_1": "denied"}
+    assert await store.held("turn:resp_1") == HeldState(root="resp_0", withheld={"fc_1": "denied"})
 
 
 async def test_sqlite_survives_reopen(tmp_path: Path) -> None:

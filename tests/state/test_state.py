@@ -13,6 +13,8 @@ from sidecar.state import (
     ApprovalConflict,
     ApprovalNotFound,
     CallRecord,
+    HeldCall,
+    HeldState,
     StateStore,
 )
 from tests.state.conftest import MakeStore
@@ -160,10 +162,37 @@ async def test_session_counts(store: StateStore) -> None:
     assert await store.session_counts("s2") == (1, {"transfer": 1})
 
 
-async def test_withheld_memo(store: StateStore) -> None:
-    assert await store.withheld_for("resp_1") == {}
-    await store.remember_withheld("resp_1", {"fc_1": '{"status":"denied"}', "fc_2": "not run"})
-    assert await store.withheld_for("resp_1") == {"fc_1": '{"status":"denied"}', "fc_2": "not run"}
+async def test_held_records(store: StateStore) -> None:
+    """What providers hold: one record per key, replaced whole, forgotten on demand."""
+    assert await store.held("turn:resp_1") is None
+    calls = [HeldCall("fc_1", "transfer", '{"amount":10}')]
+    first = HeldState(root="resp_0", withheld={"fc_1": '{"status":"denied"}'}, calls=calls, session="derived:ab")
+    await store.remember_held("turn:resp_1", first)
+    assert await store.held("turn:resp_1") == first
+    thread = HeldState(
+        root="msg_1", tools=[{"name": "transfer", "input_schema": {"type": "object"}}], system="Be brief"
+    )
+    await store.remember_held("thread:msg_1", thread)
+    await store.remember_held("turn:resp_1", HeldState(root="resp_0", continue_from="resp_2"))
+    assert await store.held("turn:resp_1") == HeldState(root="resp_0", continue_from="resp_2")
+    assert await store.held("thread:msg_1") == thread
+    await store.forget_held("thread:msg_1")
+    assert await store.held("thread:msg_1") is None
+
+
+async def test_held_records_follow_the_ledger_bound(make_store: MakeStore) -> None:
+    store = await make_store(max_total=2)
+    for n in range(3):
+        await store.remember_held(f"turn:r{n}", HeldState(root="r0"))
+    assert await store.held("turn:r0") is None  # over the bound: the oldest written goes first
+    assert await store.held("turn:r2") == HeldState(root="r0")
+
+
+async def test_held_records_follow_the_ledger_ttl(make_store: MakeStore) -> None:
+    store = await make_store(ttl_s=0.2)
+    await store.remember_held("turn:r1", HeldState(root="r1"))
+    await asyncio.sleep(0.3)  # past the TTL (Redis expires by its own clock)
+    assert await store.held("turn:r1") is None
 
 
 async def test_healthy(store: StateStore) -> None:

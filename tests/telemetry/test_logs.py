@@ -9,6 +9,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from sidecar.telemetry.logs import configure_logging, log_event
+from sidecar.telemetry.redact import redact_text
 
 
 @pytest.fixture(autouse=True)
@@ -126,3 +127,19 @@ def test_provider_headers_never_reach_a_log_line(stream: io.StringIO) -> None:
     for secret in ("sk-ant-secret", "sk-openai-secret", "org-123", "proj_456", "Basic x", "s=1", "t=2"):
         assert secret not in text
     assert _lines(stream)[0]["headers"]["anthropic-version"] == "2023-06-01"
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("redis://:REDISPASS01@redis:6379/0", "redis://[REDACTED]@redis:6379/0"),  # a password, no user
+        ("postgres://app:PGPASS0123@db/x", "postgres://[REDACTED]@db/x"),
+        ('{"password": "RAWPASS01", "user": 1', '{"password": "[REDACTED]", "user": 1'),  # unparseable JSON
+        ("password=RAWPASS01&next=/", "password=[REDACTED]&next=/"),
+        ("api_key='KEY0123456'", "api_key='[REDACTED]'"),
+        ("Authorization: Bearer BEARER0123456789", "Authorization: [REDACTED]"),
+        ("max_tokens: 100 and the tokenizer = fast", "max_tokens: 100 and the tokenizer = fast"),  # no secret
+    ],
+)
+def test_raw_text_is_redacted_by_shape(text: str, kept: str) -> None:
+    assert redact_text(text) == kept

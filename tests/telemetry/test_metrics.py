@@ -193,3 +193,20 @@ def test_reservoir_is_bounded() -> None:
 def test_quantile_edges() -> None:
     assert quantile([], 0.5) is None
     assert quantile([3.0], 0.95) == 3.0
+
+
+def test_tool_tokens_bounded_and_in_the_status_summary() -> None:
+    m = Metrics(tool_label_cap=5)
+    m.declare_tool("search")
+    m.tool_tokens("search", "output", 10.5)
+    m.tool_tokens("search", "output", 0.25)
+    m.tool_tokens("search", "nonsense", 3)  # not a direction: counted as base-rate input
+    m.tool_tokens("search", "input_cached", -5)  # never negative
+    m.tool_tokens("invented", "output", 2)
+    families = {f.name: f for f in text_string_to_metric_families(m.render()[0].decode())}
+    samples = {(s.labels["tool"], s.labels["direction"]): s.value for s in families["sidecar_tool_tokens"].samples}
+    assert samples == {("search", "output"): 10.75, ("search", "input"): 3.0, ("other", "output"): 2.0}
+    summary = m.status_summary(also=["declared_only"])
+    assert summary["tools"]["search"]["tokens"] == {"output": 11, "input": 3, "input_cached": 0, "input_cache_write": 0}
+    assert summary["tools"]["declared_only"]["calls"] == 0
+    assert summary["tools"]["declared_only"]["tokens"]["output"] == 0

@@ -64,6 +64,7 @@ async def test_status_table_and_json(
         "tool_labels",
         "repair_rounds",
         "approvals_pending",
+        "degraded",
         "components",
     }
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", status["started_at"])
@@ -157,3 +158,41 @@ def test_demo_log_feeds_rejections_top_and_promote(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert " passed" in run.stdout
+
+
+def test_render_tokens_and_declarations() -> None:
+    declared = {
+        "agent": "a",
+        "provider": "openai",
+        "schema_hash": "ab" * 32,
+        "previous_schema_hash": None,
+        "changes": 0,
+        "last_seen": "2026-01-01T00:00:00Z",
+    }
+    status = {
+        "ready": True,
+        "tools": {
+            "orders_list": {
+                "calls": 1,
+                "tokens": {"output": 12, "input": 300, "input_cached": 0, "input_cache_write": 4},
+                "declarations": [
+                    {
+                        **declared,
+                        "lint": {"error": 2, "warning": 1, "info": 3, "rules": ["money-as-number"], "ok": True},
+                    },
+                    {**declared, "provider": "anthropic", "lint": None},
+                ],
+            },
+            "quiet_tool": {"calls": 0, "tokens": {"output": 0}, "declarations": [{**declared, "lint": {"ok": False}}]},
+        },
+    }
+    out = io.StringIO()
+    render(status, out)
+    lines = out.getvalue().splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("tokens per tool (estimated")))
+    assert [line.split() for line in lines[start + 3 : start + 5]] == [["orders_list", "12", "300", "0", "4"], []]
+    start = lines.index(next(line for line in lines if line.startswith("declarations (latest seen")))
+    rows = [line.split() for line in lines[start + 3 : start + 6]]
+    assert rows[0] == ["orders_list", "openai", "abababababab", "0", "-", "2", "1", "money-as-number"]
+    assert rows[1] == ["orders_list", "anthropic", "abababababab", "0", "-", "(not", "linted", "yet)"]
+    assert rows[2] == ["quiet_tool", "openai", "abababababab", "0", "-", "(lint", "failed)"]

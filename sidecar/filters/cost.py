@@ -1,0 +1,120 @@
+"""The cost filter: tokens per tool (`sidecar_tool_tokens_total{tool,direction}`), an estimate.
+
+`on_request` sizes every tool call and result the agent's request carries (the dialect's
+`tool_spans`, a walk over what was already parsed: no re-serialisation) and names each by the
+call it answers. `on_reply` hears every reply, the agent's and each repair round's, and shares
+its usage out (sidecar/telemetry/tokens.py): its output tokens among the calls it makes, its
+input tokens among the spans of the prompt. A repair round re-sends the agent's request, so
+its spans are counted again at the sizes estimated for the agent's own request; what the
+round adds (the refused call and the sidecar's answer) is not attributed as input.
+
+Not attributed as input: requests that continue a conversation the provider holds
+(`previous_response_id`, `conversation`): their input tokens cover history the body does not
+carry, so no share of the body says what a span costs. Replies that did not complete (an
+error mid-stream) are not counted either.
+
+Best-effort, after the results filter (it names results by the ledger's call when the
+request does not echo the call).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sidecar.exchange.filters import Filter
+from sidecar.exchange.state import Exchange, ExchangeKey
+from sidecar.model import Reply, SpanKind, TokenUsage, ToolSpan
+from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.tokens import Direction, Written, output_tokens, span_tokens, split_input
+
+
+@dataclass(slots=True)
+class _Prompt:
+    """The agent's request as the input split needs it, and the first reply's per-span tokens."""
+
+    tools: list[str | None]
+    sizes: list[int]
+    new: list[bool]
+    size: int
+    tokens: list[float] | None = None
+
+
+_PROMPT: ExchangeKey[_Prompt] = ExchangeKey("cost.prompt")
+
+
+def body_characters(body: bytes) -> int:
+    """The request's length in characters (spans are measured in characters too)."""
+    return len(body) if body.isascii() else len(body.decode("utf-8", "replace"))
+
+
+def span_tools(spans: list[ToolSpan], ledger: dict[str, str | None]) -> list[str | None]:
+    """Each span's tool: a call's own name; a result by the call it answers (echoed in the
+    request, else known to the ledger), else the name the result itself carries."""
+    called = {s.call_id: s.name for s in spans if s.kind is SpanKind.CALL}
+    return [
+        s.name if s.kind is SpanKind.CALL else called.get(s.call_id) or ledger.get(s.call_id) or s.name for s in spans
+    ]
+
+
+class CostFilter(Filter):
+    name = "cost"
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    async def on_request(self, ex: Exchange) -> None:
+        if ex.dialect.history_at_provider(ex.request):
+            return
+        spans = ex.dialect.tool_spans(ex.request)
+        if not spans:
+            return
+        ledger = {r.call_id: r.tool for r in ex.results}
+        repeated = {r.call_id for r in ex.results if r.resent}  # the agent sends a request again
+        ex.put(
+            _PROMPT,
+            _Prompt(
+                tools=span_tools(spans, ledger),
+                sizes=[s.size for s in spans],
+                new=[s.latest and s.call_id not in repeated for s in spans],
+                size=body_characters(ex.body),
+            ),
+        )
+
+    async def on_reply(self, ex: Exchange, reply: Reply) -> None:
+        usage = ex.dialect.usage(reply.envelope) if reply.complete else None
+        if usage is None:
+            return
+        spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
+        self._output(ex, reply, usage, spent)
+        prompt = ex.get(_PROMPT)
+        if prompt is not None:
+            self._input(prompt, usage, spent)
+        for (tool, direction), tokens in spent.items():
+            self.metrics.tool_tokens(tool, direction.value, tokens)
+
+    @staticmethod
+    def _output(
+        ex: Exchange, reply: Reply, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]
+    ) -> None:
+        if not reply.calls:
+            return
+        dialect = ex.dialect
+        items = [
+            Written(item.call.name if item.call else None, dialect.output_size(item), dialect.is_reasoning(item))
+            for item in reply.items
+        ]
+        for item, tokens in zip(items, output_tokens(usage, items), strict=True):
+            if item.tool is not None:
+                spent[(item.tool, Direction.OUTPUT)] += tokens
+
+    @staticmethod
+    def _input(prompt: _Prompt, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]) -> None:
+        if prompt.tokens is None:  # the agent's own request
+            prompt.tokens = span_tokens(usage.input, prompt.sizes, prompt.size)
+            new = prompt.new
+        else:  # a repair round: the agent's request is the history of its prompt
+            new = [False] * len(prompt.sizes)
+        for tool, split in zip(prompt.tools, split_input(usage, prompt.tokens, new), strict=True):
+            for direction, tokens in split.items():
+                spent[(tool, direction)] += tokens
