@@ -370,7 +370,15 @@ class ResponsesFormat(OpenAIFormat):
             }
         if kind == "custom_tool_call":
             text = part.text if final else ""
-            return {"id": item_id, "type": kind, "call_id": part.call_id, "input": text, "name": part.name}
+            # As recorded (tests/fixtures/wire/openai-responses-response-custom-tool-call.json): with a status.
+            return {
+                "id": item_id,
+                "type": kind,
+                "status": status,
+                "call_id": part.call_id,
+                "input": text,
+                "name": part.name,
+            }
         if kind == "web_search_call":
             return {"id": item_id, "type": kind, "status": status, "action": arguments}
         if kind == "mcp_call":

@@ -247,7 +247,28 @@ EMPTY_OBJECT = "efddc7bd8bbcef73a14eb1ace1ffdaec81e518ef1e13c1e9271d0b8acb694a49
 STRICT_EMPTY_OBJECT = "99334726611ccf58a148b0814696bfa6fe08c1b2d027e946beccf5a74331c9aa"
 MULTIPLY = "cca874634a09e8acf64ad48e8e417ba9364da9dec2eb78045787a892871c8834"
 
+NO_SCHEMA = "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"  # a tool declared without one: {}
+
 REQUESTS: dict[str, RequestCase] = {
+    # Declared by type and name: a provider-defined client tool, no schema (the policy decides).
+    "anthropic-request-text-editor-tool.json": RequestCase(
+        ANTHROPIC,
+        "claude-sonnet-4-5",
+        {"str_replace_based_edit_tool": Declared("", NO_SCHEMA)},
+        (),
+        (),
+        seed="\x00Use the text editor to view hello.py",
+        stream=False,
+    ),
+    "openai-responses-request-custom-tool.json": RequestCase(
+        OPENAI_RESPONSES,
+        "gpt-5",
+        {"execute_sql": Declared("Execute SQL query on the database.", NO_SCHEMA)},
+        (),
+        (),
+        seed="\x00Show me all users from the users table",
+        stream=False,
+    ),
     "anthropic-request-thinking-tool-result.json": RequestCase(
         ANTHROPIC,
         "claude-haiku-4-5-20251001",
@@ -351,6 +372,23 @@ class ReplyCase:
 
 
 REPLIES: dict[str, ReplyCase] = {
+    "anthropic-message-text-editor-tool-use.json": ReplyCase(
+        ANTHROPIC,
+        ("text", "tool_use"),
+        (
+            Call(
+                "toolu_01RbLnQWMxRzm4KMditMcRiR", "str_replace_based_edit_tool", {"command": "view", "path": "hello.py"}
+            ),
+        ),
+        "tool_use",
+    ),
+    # A custom tool's call reads as {"input": text}.
+    "openai-responses-response-custom-tool-call.json": ReplyCase(
+        OPENAI_RESPONSES,
+        ("custom_tool_call",),
+        (Call("call_ehKeXqQM7YsBXWygeOoDztRm", "execute_sql", {"input": "SELECT * FROM users;"}),),
+        "completed",
+    ),
     "anthropic-message-tool-use.json": ReplyCase(
         ANTHROPIC,
         ("tool_use",),
@@ -484,7 +522,7 @@ def item_types(reply: Reply) -> tuple[str, ...]:
     return tuple(str(item.wire.get("type")) for item in reply.items)
 
 
-CALL_TYPES = {"tool_use", "server_tool_use", "function", "function_call"}
+CALL_TYPES = {"tool_use", "server_tool_use", "function", "function_call", "custom_tool_call"}
 TEXT_TYPES = {"text", "message"}
 
 
@@ -852,7 +890,9 @@ def test_reply_with_calls_removed(name: str, drop: str) -> None:
         assert choice["message"]["content"] is None
     else:
         assert len(written["output"]) == len(body["output"]) - len(removed)
-        assert written["output"][0]["type"] == "reasoning"
+        assert [i for i in written["output"] if i["type"] == "reasoning"] == [
+            i for i in body["output"] if i["type"] == "reasoning"
+        ]
 
 
 @pytest.mark.parametrize("name", list(REPLIES))

@@ -9,12 +9,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
 from sidecar.policy.sources import init_directory
 from sidecar.scripted import ToolCallSpec, Turn
 from tests.e2e.clients import anthropic_client, openai_client
+from tests.helpers.serve import serve
 
 STREAM = pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 
@@ -218,3 +221,43 @@ async def test_function_call_item_of_a_custom_tool_is_refused(model, sidecar):
     await _responses(sidecar.proxy_url, [{"type": "custom", "name": "grep"}], False)
     answer = _answers(model.model_requests[1])[0]
     assert "declared as a custom tool" in orjson.loads(answer["output"])["errors"][0]["problem"]
+
+
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "wire"
+
+
+@pytest.mark.parametrize(
+    ("request_file", "reply_file"),
+    [
+        ("anthropic-request-text-editor-tool.json", "anthropic-message-text-editor-tool-use.json"),
+        ("openai-responses-request-custom-tool.json", "openai-responses-response-custom-tool-call.json"),
+    ],
+)
+async def test_recorded_calls_of_new_kinds_pass_declared_and_are_blocked_undeclared(
+    start_sidecar, request_file, reply_file
+):
+    """The recorded replies (tests/fixtures/wire/SOURCES.md): a text editor tool_use and a
+    custom_tool_call reach the agent when the recorded request declares the tool, and are
+    blocked when it does not (no repair round: max_repair_rounds 0)."""
+    reply = (RECORDED / reply_file).read_bytes()
+    body = json.loads((RECORDED / request_file).read_text())
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=reply, content_type="application/json")
+
+    async with serve(answer) as url:
+        running = await start_sidecar(anthropic_upstream=url, openai_upstream=url, enforcement={"max_repair_rounds": 0})
+        for tools, delivered in ((body["tools"], True), ([], False)):
+            sent = {**body, "tools": tools} if tools else {k: v for k, v in body.items() if k != "tools"}
+            anthropic_path = request_file.startswith("anthropic")
+            path = "/v1/messages" if anthropic_path else "/v1/responses"
+            headers = {"anthropic-version": "2023-06-01"} if anthropic_path else {}
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(running.proxy_url + path, json=sent, headers=headers) as response,
+            ):
+                got = orjson.loads(await response.read())
+            items = got["content"] if anthropic_path else got["output"]
+            calls = [i for i in items if i["type"] in ("tool_use", "custom_tool_call")]
+            assert bool(calls) is delivered, got
