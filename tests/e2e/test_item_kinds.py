@@ -17,7 +17,7 @@ from aiohttp import web
 from sidecar.policy.sources import init_directory
 from sidecar.scripted import ToolCallSpec, Turn
 from tests.e2e.clients import anthropic_client, openai_client
-from tests.helpers.serve import serve
+from tests.helpers.serve import serve, sse_response
 
 STREAM = pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 
@@ -261,3 +261,35 @@ async def test_recorded_calls_of_new_kinds_pass_declared_and_are_blocked_undecla
             items = got["content"] if anthropic_path else got["output"]
             calls = [i for i in items if i["type"] in ("tool_use", "custom_tool_call")]
             assert bool(calls) is delivered, got
+
+
+async def test_a_refused_server_call_withholds_its_result_and_what_followed(start_sidecar, tmp_path):
+    """The recorded stream: text, a server tool_search call, its result, text written from it, a
+    client call. The policy refuses the server call: the agent gets the first text and the
+    explanation only (the result, the text after it and the client call are withheld)."""
+    stream = (RECORDED / "anthropic-stream-server-tool-and-client-tool.sse").read_bytes()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        return await sse_response(request, stream)
+
+    async with serve(answer) as url:
+        running = await start_sidecar(anthropic_upstream=url, policies=_policy(tmp_path, KIND_RULE))
+        async with (
+            anthropic_client(running.proxy_url) as client,
+            client.messages.stream(
+                model="m",
+                max_tokens=64,
+                messages=[{"role": "user", "content": "USD to EUR?"}],
+                tools=[
+                    {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"},
+                    {"name": "get_exchange_rate", "input_schema": {"type": "object"}},
+                ],  # type: ignore[list-item]
+            ) as s,
+        ):
+            message = await s.get_final_message()
+    assert [b.type for b in message.content] == ["text", "text"]
+    assert message.content[0].text.startswith("Let me search for a tool")
+    assert "tool_search_tool_bm25 is a server tool" in message.content[1].text
+    assert "I found the right tool" not in message.content[1].text
+    assert message.stop_reason == "end_turn"
