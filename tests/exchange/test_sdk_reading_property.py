@@ -14,6 +14,7 @@ Bounded in the suite; `SIDECAR_PROPERTY_EXAMPLES=2000` (README, "Tests") runs a 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import threading
@@ -66,6 +67,7 @@ class _World:
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self.running: Running | None = None
+        self._url: str | None = None
         self._tmp = tmp
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -91,9 +93,14 @@ class _World:
             }
             self.running = await start(load_settings(flags=flags, environ={}))
             self.running.sidecar.add_filter(self.probe)
+            self._url = self.running.proxy_url
             self._ready.set()
             await self._stop.wait()
             await self.running.stop()
+            # The policy engine must be dropped on the thread that made it (regorus engines are
+            # not sendable): nothing of this sidecar may outlive the thread.
+            self.running = None
+            gc.collect()
 
     def __enter__(self) -> _World:
         self._thread.start()
@@ -107,8 +114,8 @@ class _World:
 
     @property
     def url(self) -> str:
-        assert self.running is not None
-        return self.running.proxy_url
+        assert self._url is not None
+        return self._url
 
 
 @pytest.fixture(scope="module")
