@@ -18,6 +18,16 @@ import orjson
 class Provider(StrEnum):
     ANTHROPIC = "anthropic"
     OPENAI = "openai"
+    # An MCP server (Streamable HTTP, `mcp.servers`): the upstream of the MCP path.
+    MCP = "mcp"
+
+
+class CallPath(StrEnum):
+    """Which way a tool call travels through the sidecar (metric label `path`, policy `input.path`):
+    asked for by a model in a provider reply, or sent by an MCP client as `tools/call`."""
+
+    MODEL = "model"
+    MCP = "mcp"
 
 
 def canonical_json(value: Any) -> bytes:
@@ -61,8 +71,9 @@ class ToolKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ToolDeclaration:
     """A client tool as declared in a request (`input_schema` / `parameters`, or a provider
-    tool's `type`). `has_schema`: lockdown applies (function tools, and any tool declared with a
-    JSON Schema); without one the policy decides alone."""
+    tool's `type`), or listed by an MCP server (`inputSchema`, with its `outputSchema` and
+    `annotations` when it has them). `has_schema`: lockdown applies (function tools, and any
+    tool declared with a JSON Schema); without one the policy decides alone."""
 
     name: str
     schema: dict[str, Any]
@@ -72,15 +83,38 @@ class ToolDeclaration:
     schema_bytes: int = 0
     kind: ToolKind = ToolKind.FUNCTION
     has_schema: bool = True
+    # MCP only: the JSON Schema `structuredContent` must match, and the server's hints
+    # (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`, `title`).
+    output_schema: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
 
     @classmethod
     def create(
-        cls, name: str, schema: dict[str, Any] | None, description: str = "", kind: ToolKind = ToolKind.FUNCTION
+        cls,
+        name: str,
+        schema: dict[str, Any] | None,
+        description: str = "",
+        output_schema: dict[str, Any] | None = None,
+        annotations: dict[str, Any] | None = None,
+        *,
+        kind: ToolKind = ToolKind.FUNCTION,
     ) -> ToolDeclaration:
         has_schema = isinstance(schema, dict) or kind is ToolKind.FUNCTION
         schema = schema if isinstance(schema, dict) else ({"type": "object"} if has_schema else {})
+        output = output_schema if isinstance(output_schema, dict) else None
+        hints = annotations if isinstance(annotations, dict) and annotations else None
         digest, size = schema_hash_and_size(schema)
-        return cls(name, schema, description or "", digest, size, kind, has_schema)
+        return cls(
+            name,
+            schema,
+            description or "",
+            digest,
+            size,
+            kind=kind,
+            has_schema=has_schema,
+            output_schema=output,
+            annotations=hints,
+        )
 
 
 # Plain-serialisation digest -> canonical hash. Keys are 32-byte digests, so the memory is
@@ -108,8 +142,18 @@ def schema_hash(schema: dict[str, Any]) -> str:
 
 def declaration_hash(declaration: ToolDeclaration) -> str:
     """sha256 of the canonical JSON of name, description and schema: everything the model is
-    shown about a tool, so a reworded description counts as a change as much as a new field."""
-    document = {"name": declaration.name, "description": declaration.description, "schema": declaration.schema}
+    shown about a tool, so a reworded description counts as a change as much as a new field.
+    An MCP tool's output schema and annotations count too (a `readOnlyHint` that turns false is
+    a change worth seeing); declarations without them hash as they always did."""
+    document: dict[str, Any] = {
+        "name": declaration.name,
+        "description": declaration.description,
+        "schema": declaration.schema,
+    }
+    if declaration.output_schema is not None:
+        document["output_schema"] = declaration.output_schema
+    if declaration.annotations:
+        document["annotations"] = declaration.annotations
     return sha256_hex(canonical_json(document))
 
 
@@ -160,6 +204,8 @@ class ToolResult:
     is_error: bool = False
     tool_name: str | None = None
     size: int = 0
+    # What the wire found wrong reading it (MCP: `structuredContent` that fails `outputSchema`).
+    anomalies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +311,7 @@ class SessionSource(StrEnum):
     THREAD = "thread"  # an Anthropic message thread: its root message id
     CHAIN = "chain"  # a Responses `previous_response_id` chain: its root response id
     USER = "user"  # the provider's user field (`metadata.user_id`, `user`, `prompt_cache_key`)
+    MCP_SESSION = "mcp_session"  # an MCP server's `Mcp-Session-Id` (one MCP connection, 2025 revisions)
     DERIVED = "derived"  # a hash of how the conversation began: may merge conversations
 
 

@@ -183,7 +183,7 @@ class AnthropicDialect(Dialect):
             if isinstance(tool, dict) and self._provider_defined(tool) and isinstance(tool.get("name"), str):
                 name = tool["name"]
                 declared[name] = ToolDeclaration.create(
-                    name, None, str(tool.get("description") or ""), ToolKind.PROVIDER_DEFINED
+                    name, None, str(tool.get("description") or ""), kind=ToolKind.PROVIDER_DEFINED
                 )
         return declared
 

@@ -252,7 +252,7 @@ class OpenAIChatDialect(Dialect):
             name = self.client_tool_name(tool)
             if name is not None and tool.get("type") == "custom":
                 description = as_dict(tool.get("custom")).get("description")
-                declared[name] = ToolDeclaration.create(name, None, str(description or ""), ToolKind.CUSTOM)
+                declared[name] = ToolDeclaration.create(name, None, str(description or ""), kind=ToolKind.CUSTOM)
         for function in as_list(body.get("functions")):
             name = _function_name(function)
             if name is not None and name not in declared:

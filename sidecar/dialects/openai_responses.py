@@ -300,15 +300,19 @@ class OpenAIResponsesDialect(Dialect):
         if kind == "function" and isinstance(name, str):
             return ToolDeclaration.create(name, tool.get("parameters"), description)
         if kind == "custom" and isinstance(name, str):
-            return ToolDeclaration.create(name, None, description, ToolKind.CUSTOM)
+            return ToolDeclaration.create(name, None, description, kind=ToolKind.CUSTOM)
         if kind == "tool_search" and tool.get("execution") == "client":
-            return ToolDeclaration.create("tool_search", tool.get("parameters"), description, ToolKind.PROVIDER_DEFINED)
+            return ToolDeclaration.create(
+                "tool_search", tool.get("parameters"), description, kind=ToolKind.PROVIDER_DEFINED
+            )
         if kind == "shell" and _hosted(tool):
             return None
         if isinstance(kind, str) and kind not in _SERVER_TOOLS and kind not in _NOT_PROVIDER_TOOLS:
             # Provider tools the agent runs, and tool types the sidecar does not know (a future
             # `foo` tool whose `foo_call` items the agent would run): declared by their type.
-            return ToolDeclaration.create(_PROVIDER_TOOLS.get(kind, kind), None, description, ToolKind.PROVIDER_DEFINED)
+            return ToolDeclaration.create(
+                _PROVIDER_TOOLS.get(kind, kind), None, description, kind=ToolKind.PROVIDER_DEFINED
+            )
         return None
 
     def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
@@ -320,7 +324,7 @@ class OpenAIResponsesDialect(Dialect):
                     if found is not None:
                         qualified = f"{tool['name']}.{found.name}"
                         declared[qualified] = ToolDeclaration.create(
-                            qualified, found.schema if found.has_schema else None, found.description, found.kind
+                            qualified, found.schema if found.has_schema else None, found.description, kind=found.kind
                         )
                 continue
             found = self._declared(tool)

@@ -65,6 +65,16 @@ def explanation(checks: list[CallCheck], why: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def let_through_observed(settings: Settings, check: CallCheck) -> bool:
+    """A refusal under `mode: observe` is only observed: the call goes on (`Action.OBSERVED`).
+    Shared by the model path's plan and the MCP path."""
+    if check.verdict.allowed or settings.mode_for(check.call.name) != "observe":
+        return False
+    check.observed.append(check.verdict)
+    check.action = Action.OBSERVED
+    return True
+
+
 def _in_turn_duplicates(checks: list[CallCheck]) -> list[CallCheck] | None:
     """The refused checks, if every one is a replay of an allowed call of the same turn."""
     allowed = {check.call.id for check in checks if check.verdict.allowed}
@@ -87,7 +97,7 @@ class Enforcer:
         """pass | repair | block, after observe-mode refusals are let through."""
         plan = Plan.PASS
         for check in checks:
-            if check.verdict.allowed:
+            if check.verdict.allowed or let_through_observed(self.settings, check):
                 continue
             mode = self.settings.mode_for(check.call.name)
             if mode == "observe":
@@ -130,7 +140,7 @@ class Enforcer:
             check.action = Action.BLOCKED
         await self.chain.checked(ex, checks)
         dropped = {id(check.call) for check in duplicates}
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         items = [item for item in reply.items if item.call is None or id(item.call) not in dropped]
         text = explanation(duplicates)
         items.append(dialect.text_item(SEPARATOR + text if dialect.has_text(items) else text))
@@ -138,7 +148,7 @@ class Enforcer:
         return Settlement(Reply(reply.envelope, items, reply.complete), True, delivered=kept, checks=checks)
 
     async def _repair(self, ex: Exchange, first: Reply, cut: int, checks: list[CallCheck]) -> Settlement:
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         request = ex.request
         current = first
         spent: list[Reply] = []
@@ -224,7 +234,7 @@ class Enforcer:
 
         A refused server call already ran at the provider: its call, its results and all the
         model wrote after it are withheld (they were written from that result)."""
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         refused_server = {id(c.call) for c in checks if c.refused and not c.call.kind.runs_on_client}
         end = next((n for n, item in enumerate(reply.items) if id(item.call) in refused_server), len(reply.items))
         items = [item for item in reply.items[:end] if item.kind is not ItemKind.CALL]
@@ -247,7 +257,7 @@ class Enforcer:
     def _merge(ex: Exchange, first: Reply, cut: int, last: Reply, spent: list[Reply]) -> Reply:
         """One assistant turn: the original preamble, then the last round (see the module
         docstring), usage summed over every round."""
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         envelope = dialect.merge_envelopes(first.envelope, last.envelope)
         if "usage" in envelope:
             for extra in spent:

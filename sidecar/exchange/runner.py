@@ -145,7 +145,7 @@ def _already_sent(ex: Exchange, event: Frame) -> bool:
     """A resumed stream: the agent had this event from an earlier connection."""
     if ex.resume_after is None:
         return False
-    number = ex.dialect.sequence_number(event)
+    number = ex.model_dialect.sequence_number(event)
     return number is not None and number <= ex.resume_after
 
 
@@ -166,6 +166,19 @@ def json_object(body: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+async def read_bounded(answer: UpstreamAnswer, limit: int) -> bytes:
+    """The whole body, refused above `limit` bytes (`limits.max_reply_bytes`: memory is never
+    the upstream's). Shared by the model path and the MCP path."""
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await answer.chunk():
+        size += len(chunk)
+        if size > limit:
+            raise Refused(502, RefusalReason.SIZE, f"the upstream reply exceeds the sidecar limit of {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 @dataclass(slots=True)
@@ -244,7 +257,7 @@ class ExchangeRunner:
                         await agent.respond(answer.status, raw, answer)
                         end.finish(answer.status)
                         return
-                    reply = ex.dialect.read_reply(parsed)
+                    reply = ex.model_dialect.read_reply(parsed)
                     held = _Held(reply, reply.first_call_position)
                     delivery: _Delivery = _WholeDelivery(agent, answer, raw)
         except UpstreamError:
@@ -261,7 +274,7 @@ class ExchangeRunner:
             if not held.reply.complete:
                 raise Refused(502, RefusalReason.FRAMING, "the upstream stream ended before its last event")
             keepalive = self.settings.enforcement.keepalive_interval_s
-            delivery = _StreamDelivery(agent, held.assembler, ex.dialect.keepalive(), keepalive)
+            delivery = _StreamDelivery(agent, held.assembler, ex.model_dialect.keepalive(), keepalive)
         await self._settle_and_deliver(ex, held, delivery)
         end.finish(200 if end.stream else delivery.status)
 
@@ -270,8 +283,8 @@ class ExchangeRunner:
         if ex.origin is Origin.RETRIEVE:
             # A stored response echoes the tools it was created with: its calls are checked
             # against those, as if it had just been created.
-            ex.view.declarations = ex.dialect.declarations(held.reply.envelope)
-            ex.view.server_tools = ex.dialect.server_tools(held.reply.envelope)
+            ex.view.declarations = ex.model_dialect.declarations(held.reply.envelope)
+            ex.view.server_tools = ex.model_dialect.server_tools(held.reply.envelope)
         await self.chain.reply(ex, held.reply)
         settlement = await delivery.while_waiting(self.enforcer.settle(ex, held.reply, held.cut))
         try:
@@ -308,16 +321,7 @@ class ExchangeRunner:
         return parsed
 
     async def _read_bounded(self, answer: UpstreamAnswer) -> bytes:
-        """The whole body, refused above `limits.max_reply_bytes` (memory is never the upstream's)."""
-        limit = self.settings.limits.max_reply_bytes
-        parts: list[bytes] = []
-        size = 0
-        while chunk := await answer.chunk():
-            size += len(chunk)
-            if size > limit:
-                raise Refused(502, RefusalReason.SIZE, f"the upstream reply exceeds the sidecar limit of {limit} bytes")
-            parts.append(chunk)
-        return b"".join(parts)
+        return await read_bounded(answer, self.settings.limits.max_reply_bytes)
 
     async def _timed(self, ex: Exchange, step: Awaitable[T]) -> T:
         started = time.perf_counter()
@@ -328,7 +332,7 @@ class ExchangeRunner:
 
     async def _relay(self, ex: Exchange, answer: UpstreamAnswer, agent: AgentPort) -> _Held:
         """Forward events as they arrive until the first tool call; hold from there."""
-        assembler = ex.dialect.assembler()
+        assembler = ex.model_dialect.assembler()
         parser = SSEParser()
         limit = self.settings.limits.max_held_stream_bytes
         held_bytes = 0
@@ -416,7 +420,7 @@ class _WholeDelivery:
         return await settling
 
     async def deliver(self, ex: Exchange, held: _Held, settlement: Settlement) -> None:
-        body = orjson.dumps(ex.dialect.write_reply(settlement.reply)) if settlement.changed else self.raw
+        body = orjson.dumps(ex.model_dialect.write_reply(settlement.reply)) if settlement.changed else self.raw
         extra = {REPAIR_HEADER: str(ex.repair_rounds)} if ex.repair_rounds else None
         await self.agent.respond(self.answer.status, body, self.answer, extra)
 
@@ -449,11 +453,11 @@ class _StreamDelivery:
         assembler = self.assembler
         if settlement.changed:
             # A stream keeps the id it announced first (the agent already has it).
-            shown = ex.dialect.response_id(held.reply)
-            if shown and ex.dialect.response_id(settlement.reply) != shown:
+            shown = ex.model_dialect.response_id(held.reply)
+            if shown and ex.model_dialect.response_id(settlement.reply) != shown:
                 settlement.reply.envelope["id"] = shown
             start = assembler.cut if assembler.cut is not None else len(held.reply.items)
-            tail = ex.dialect.render_tail(settlement.reply, start, assembler.tail)
+            tail = ex.model_dialect.render_tail(settlement.reply, start, assembler.tail)
             if ex.repair_rounds:
                 # Headers left long ago: say it the way clients ignore, an SSE comment.
                 tail = f": {REPAIR_HEADER}: {ex.repair_rounds}\n\n".encode() + tail
@@ -479,7 +483,7 @@ class _EndState:
 
     async def fail(self, agent: AgentPort, status: int, message: str, reason: str) -> None:
         self.outcome, self.status, self.reason = Outcome.FAILED, status, reason
-        error = orjson.dumps(self.ex.dialect.error_body(status, message))
+        error = orjson.dumps(self.ex.model_dialect.error_body(status, message))
         try:
             if self.streaming:
                 # A broken stream ends with the protocol's error event, so the SDK raises its

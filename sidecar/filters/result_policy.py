@@ -47,7 +47,7 @@ class ResultPolicy(PolicyPhase):
             decided[record.call_id] = Decision(True)
             return decided[record.call_id]
         decided[record.call_id] = decision
-        self.metrics.policy_decision(decision.outcome, self.engine.name, seconds)
+        self.metrics.policy_decision(decision.outcome, self.engine.name, seconds, ex.path.value)
         log_event(
             "policy_result_decision",
             level=logging.INFO if decision.allow and decision.error is None else logging.WARNING,

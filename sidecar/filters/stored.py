@@ -38,7 +38,7 @@ class StoredRepliesFilter(Filter):
         self.refused = refused
 
     async def on_reply(self, ex: Exchange, reply: Reply) -> None:
-        response_id = ex.dialect.response_id(reply)
+        response_id = ex.model_dialect.response_id(reply)
         if response_id is None or not ex.dialect.server_side_state:
             return
         ex.put(_LATEST, response_id)
