@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from sidecar.proxy.coverage import Handling, rule_for
+from sidecar.proxy.mcp import PREFIX as MCP_PREFIX
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
 from tests.e2e.clients import anthropic_client, openai_client
 
@@ -59,6 +60,9 @@ def test_the_code_has_the_row_the_doc_has(row: Row) -> None:
     """sidecar/proxy/coverage.py and the table agree on class and handling."""
     if row.path_class == "websocket":
         return  # any path: the upgrade header decides (see test_websocket.py)
+    if row.path_class == "mcp":
+        assert _concrete(row.path).startswith(MCP_PREFIX + "/")  # the MCP handler claims it, ahead of the table
+        return
     rule = rule_for(row.method, _concrete(row.path).removeprefix("/anthropic").removeprefix("/openai"))
     assert (rule.path_class.value, rule.handling) == (row.path_class, HANDLING[row.sidecar])
 
@@ -249,6 +253,13 @@ def _refused(row: Row) -> Check:
     return check
 
 
+async def _mcp(url: str, model: ScriptedModel, stream: bool) -> None:
+    """The MCP path answers it (docs/mcp.md): here no server is configured, so a JSON-RPC 404."""
+    status, raw = await _raw(url, "POST", "/mcp/resp_abc123", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert status == 404 and b"no MCP server is configured" in raw
+    assert model.requests == []
+
+
 ENFORCED: dict[str, Check] = {
     "POST /v1/messages": _anthropic,
     "POST /messages": _raw_messages,
@@ -266,6 +277,8 @@ ENFORCED: dict[str, Check] = {
 
 
 def check_for(row: Row) -> Check:
+    if row.path_class == "mcp":
+        return _mcp
     if row.id in ENFORCED:
         return ENFORCED[row.id]
     if row.sidecar == "forward":
