@@ -267,5 +267,5 @@ async def test_request_bodies_that_are_not_utf8_are_refused(upstream, caplog):
     _, running = upstream
     async with openai_client(running.proxy_url) as client:
         with pytest.raises(openai.BadRequestError, match="not valid UTF-8"):
-            await client.post("/chat/completions", body=b'{"model": "m\xff", "messages": []}', cast_to=object)
+            await client.post("/chat/completions", content=b'{"model": "m\xff", "messages": []}', cast_to=object)
     assert (await scrape(running.admin_url)).value("sidecar_requests_refused_total", reason="encoding") == 1

@@ -120,8 +120,15 @@ class _World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_World]:
-    with _World(str(tmp_path_factory.mktemp("property"))) as w:
-        yield w
+    # Garbage of earlier tests (their policy engines) is collected here, on their own thread,
+    # not by a collection that happens to run on the world's thread (see _World._main).
+    gc.collect()
+    gc.disable()
+    try:
+        with _World(str(tmp_path_factory.mktemp("property"))) as w:
+            yield w
+    finally:
+        gc.enable()
 
 
 # -- what the model says ------------------------------------------------------------------------
