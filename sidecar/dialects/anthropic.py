@@ -177,8 +177,8 @@ class AnthropicDialect(Dialect):
         kind = tool.get("type")
         return isinstance(kind, str) and kind.startswith(_CLIENT_TOOL_TYPES)
 
-    def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
-        declared = super().declarations(body)
+    def read_declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
+        declared = super().read_declarations(body)
         for tool in as_list(body.get("tools")):
             if isinstance(tool, dict) and self._provider_defined(tool) and isinstance(tool.get("name"), str):
                 name = tool["name"]

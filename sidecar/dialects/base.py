@@ -9,12 +9,14 @@ form, or renders the part of a stream that was held back.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import orjson
+from cachetools import LRUCache
 
 from sidecar.dialects.sse import SSEEvent
 from sidecar.model import (
@@ -28,6 +30,15 @@ from sidecar.model import (
     ToolCall,
     ToolDeclaration,
     ToolSpan,
+)
+
+# Declarations read from a request, by a digest of the tools it declares: an agent re-declares
+# the same tools on every request, so each distinct list is read (and its schemas hashed) once.
+# Bounded by the bytes of the lists held, whatever an agent sends; a list larger than a tenth
+# of the bound is read every time.
+DECLARATION_CACHE_BYTES = 16 * 1024 * 1024
+_DECLARATIONS: LRUCache[tuple[str, bytes], tuple[dict[str, ToolDeclaration], int]] = LRUCache(
+    DECLARATION_CACHE_BYTES, getsizeof=lambda entry: entry[1]
 )
 
 # orjson writes at most this many nested arrays/objects; deeper values could be read but never
@@ -275,7 +286,31 @@ class Dialect(ABC):
         """(JSON Schema of the arguments, description) of a declared client tool."""
         return tool.get(self.schema_key), tool.get("description")
 
+    # The request keys whose values declare tools (Chat adds legacy `functions`).
+    declaring_keys: ClassVar[tuple[str, ...]] = ("tools",)
+
     def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
+        """The client tools a request declares, by name (a fresh dict the caller may edit).
+
+        Read once per distinct tool list: later requests that declare the same list (by a
+        digest of its JSON) share the frozen declarations read the first time."""
+        declaring = [body.get(key) for key in self.declaring_keys]
+        if not any(declaring):
+            return {}
+        try:
+            raw = orjson.dumps(declaring)
+        except TypeError:  # not from JSON (a caller's own body): read it, do not cache it
+            return self.read_declarations(body)
+        key = (type(self).__name__, hashlib.blake2b(raw, digest_size=16).digest())
+        cached = _DECLARATIONS.get(key)
+        if cached is None:
+            cached = (self.read_declarations(body), len(raw))
+            if len(raw) <= DECLARATION_CACHE_BYTES // 10:
+                _DECLARATIONS[key] = cached
+        return dict(cached[0])
+
+    def read_declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
+        """Flat client tools from `tools`; dialects with other shapes extend or replace it."""
         declared: dict[str, ToolDeclaration] = {}
         for tool in as_list(body.get("tools")):
             name = self.client_tool_name(tool)

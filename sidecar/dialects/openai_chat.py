@@ -245,9 +245,11 @@ class OpenAIChatDialect(Dialect):
                 view.results.append(ToolResult(call_id, content, False, named, result_size(content)))
         return view
 
-    def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
+    declaring_keys = ("tools", "functions")
+
+    def read_declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
         """`tools`, then legacy `functions` (a name declared in both keeps its tool)."""
-        declared = super().declarations(body)
+        declared = super().read_declarations(body)
         for tool in as_list(body.get("tools")):
             name = self.client_tool_name(tool)
             if name is not None and tool.get("type") == "custom":

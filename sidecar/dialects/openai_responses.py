@@ -315,7 +315,7 @@ class OpenAIResponsesDialect(Dialect):
             )
         return None
 
-    def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
+    def read_declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
         declared: dict[str, ToolDeclaration] = {}
         for tool in as_list(body.get("tools")):
             if isinstance(tool, dict) and tool.get("type") == "namespace" and isinstance(tool.get("name"), str):

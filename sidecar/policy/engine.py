@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 
 from sidecar.config import PolicySettings
 from sidecar.policy._regorus import UNDEFINED, RegoError, is_fatal
@@ -34,11 +35,16 @@ from sidecar.policy.loader import (
     content_hash,
     read_bundle,
 )
+from sidecar.policy.reads import ReadsAnalysis
 from sidecar.policy.sources import resolve
 
 log = logging.getLogger("sidecar.policy")
 
 OnError = Literal["deny", "allow"]
+
+# Answers one policy revision remembers (EmbeddedEngine.remembered); all forgotten at once
+# when full, and with the revision.
+REMEMBERED_ANSWERS = 1024
 
 
 @dataclass
@@ -348,9 +354,30 @@ class EmbeddedEngine(_Interpreting):
         compiled.engine.set_input(input)
         return compiled.engine.eval_rule(rule)
 
-    def _guarded(self, rule: str, input: dict[str, Any]) -> tuple[Any, str | None]:
+    def remembered(self, rule: str, input: dict[str, Any]) -> Any:
+        """`evaluate`, answered from memory when this revision already answered an input that
+        agrees on every field the rule can read (sidecar/policy/reads.py). The tool list is
+        asked on every request with a new session, count and time, which it does not read."""
+        compiled = self._current()
+        if compiled is None or rule not in compiled.defined:
+            return self.evaluate(rule, input)
+        if rule not in compiled.reads:
+            compiled.reads[rule] = ReadsAnalysis(compiled.engine.ast()).input_fields(rule)
+        fields = compiled.reads[rule]
+        if fields is None:
+            return self.evaluate(rule, input)
+        key = (rule, orjson.dumps([input.get(name) for name in fields]))
+        if key in compiled.answers:
+            return compiled.answers[key]
+        value = self.evaluate(rule, input)
+        if len(compiled.answers) >= REMEMBERED_ANSWERS:
+            compiled.answers.clear()
+        compiled.answers[key] = value
+        return value
+
+    def _guarded(self, rule: str, input: dict[str, Any], *, remember: bool = False) -> tuple[Any, str | None]:
         try:
-            return self.evaluate(rule, input), None
+            return (self.remembered(rule, input) if remember else self.evaluate(rule, input)), None
         except BaseException as exc:  # PanicException is a BaseException
             if is_fatal(exc):
                 raise
@@ -373,7 +400,7 @@ class EmbeddedEngine(_Interpreting):
 
     async def visible_tools(self, input: dict[str, Any]) -> list[str] | None:
         self._start_watcher()
-        return self._visible(*self._guarded(VISIBLE_TOOLS, input))
+        return self._visible(*self._guarded(VISIBLE_TOOLS, input, remember=True))
 
     async def result_decision(self, input: dict[str, Any]) -> Decision | None:
         self._start_watcher()

@@ -180,6 +180,11 @@ class CompiledPolicy:
     thread_id: int
     loaded_at: float
     warnings: tuple[str, ...] = ()  # lint warnings (sidecar/policy/lint.py); errors refuse the load
+    # Answers of this revision remembered by the input fields their rule reads (see
+    # sidecar/policy/reads.py and EmbeddedEngine.visible_tools): rule -> fields (None: the
+    # rule's reads cannot be bounded, never remembered), and (rule, fields' JSON) -> value.
+    reads: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    answers: dict[tuple[str, bytes], Any] = field(default_factory=dict)
 
 
 def compile_bundle(bundle: PolicyBundle, *, require_decision: bool = True) -> CompiledPolicy:

@@ -1,0 +1,111 @@
+"""The tool-list answer is remembered by the input fields the policy reads (sidecar/policy/reads.py):
+the walk finds those fields through helpers, packages and imports, gives up on what it cannot
+bound, and a remembered answer is never given for an input the policy would answer otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.policy import EmbeddedEngine
+from sidecar.policy.loader import compile_bundle, read_bundle
+from sidecar.policy.reads import ReadsAnalysis
+from tests.policy.conftest import settings
+from tests.policy.test_reload import wait_for
+
+HEAD = (
+    "package sidecar\nimport rego.v1\n"
+    'decision := {"allow": true, "reasons": ["v1"], "require_approval": null, "retryable": false}\n'
+)
+
+
+def fields(tmp_path: Path, *modules: str, rule: str = "data.sidecar.visible_tools") -> tuple[str, ...] | None:
+    for index, text in enumerate(modules):
+        (tmp_path / f"m{index}.rego").write_text(text)
+    compiled = compile_bundle(read_bundle(str(tmp_path)))
+    return ReadsAnalysis(compiled.engine.ast()).input_fields(rule)
+
+
+@pytest.mark.parametrize("policies", [None, "example:support"])
+def test_shipped_library_reads(policies: str | None) -> None:
+    """The shipped tool list reads the tool names only: its answer holds across sessions."""
+    analysis = ReadsAnalysis(compile_bundle(read_bundle(policies)).engine.ast())
+    assert analysis.input_fields("data.sidecar.visible_tools") == ("tools",)
+    assert analysis.input_fields("data.sidecar.result_decision") == ("result", "tool")
+    decision = analysis.input_fields("data.sidecar.decision")
+    assert decision is not None and {"call", "session", "tool"} <= set(decision)
+
+
+def test_reads_follow_helpers_packages_and_imports(tmp_path: Path) -> None:
+    main = HEAD.replace("import rego.v1\n", "import rego.v1\nimport data.helpers as h\nimport data.other.limit\n") + (
+        "visible_tools contains name if {\n some name in input.tools\n allowed(name)\n h.flag\n limit > 0\n}\n"
+        "allowed(name) if input.session.id != name\n"
+    )
+    helpers = 'package helpers\nimport rego.v1\nflag if input["agent"].id\n'
+    other = (
+        "package other\nimport rego.v1\n"
+        "limit := n if { n := input.session.calls_total } else := 1\nunused if input.call\n"
+    )
+    assert fields(tmp_path, main, helpers, other) == ("agent", "session", "tools")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "some name in input.tools\n x := input\n",  # the whole input
+        'some name in input.tools\n k := "tools"\n input[k]\n',  # a field chosen at evaluation
+        "some name in input.tools\n time.now_ns() > 0\n",  # the clock
+        "some name in input.tools\n data.sidecar.decision\n data\n",  # the whole data document
+    ],
+)
+def test_unbounded_reads_are_not_remembered(tmp_path: Path, body: str) -> None:
+    assert fields(tmp_path, HEAD + "visible_tools contains name if {\n " + body + "}\n") is None
+
+
+def test_a_whole_package_counts_all_its_rules(tmp_path: Path) -> None:
+    main = HEAD + "visible_tools contains name if {\n some name in input.tools\n data.extra.x\n}\n"
+    extra = "package extra\nimport rego.v1\nx := data.extra.sub\n"
+    sub = "package extra.sub\nimport rego.v1\na := input.model\nb := input.provider\n"
+    assert fields(tmp_path, main, extra, sub) == ("model", "provider", "tools")
+
+
+async def test_remembered_answer_follows_every_field_read(tmp_path: Path) -> None:
+    """A policy that reads the session: two sessions get their own answers; the same session
+    and tools are answered without evaluating again."""
+    (tmp_path / "p.rego").write_text(
+        HEAD + "visible_tools contains name if {\n some name in input.tools\n name != input.session.id\n}\n"
+    )
+    engine = EmbeddedEngine(settings(reload_interval_s=0.1), str(tmp_path))
+    evaluated: list[str] = []
+    real = engine.evaluate
+
+    def counting(rule: str, document: dict[str, object]) -> object:
+        evaluated.append(rule)
+        return real(rule, document)
+
+    engine.evaluate = counting  # type: ignore[method-assign]
+    try:
+        for _ in range(3):
+            assert await engine.visible_tools({"tools": ["a", "b"], "session": {"id": "a"}, "time": "t1"}) == ["b"]
+        assert len(evaluated) == 1  # the time changed nothing the rule reads
+        assert await engine.visible_tools({"tools": ["a", "b"], "session": {"id": "b"}}) == ["a"]
+        assert await engine.visible_tools({"tools": ["a", "c"], "session": {"id": "a"}}) == ["c"]
+        assert len(evaluated) == 3
+    finally:
+        await engine.close()
+
+
+async def test_a_new_revision_forgets_remembered_answers(tmp_path: Path) -> None:
+    (tmp_path / "p.rego").write_text(HEAD + "visible_tools contains name if some name in input.tools\n")
+    engine = EmbeddedEngine(settings(reload_interval_s=0.1), str(tmp_path))
+    try:
+        assert await engine.visible_tools({"tools": ["a", "b"]}) == ["a", "b"]
+        (tmp_path / "p.rego").write_text(
+            HEAD.replace('"v1"', '"v2"')
+            + 'visible_tools contains name if {\n some name in input.tools\n name != "a"\n}\n'
+        )
+        await wait_for(engine, "v2")
+        assert await engine.visible_tools({"tools": ["a", "b"]}) == ["b"]
+    finally:
+        await engine.close()
