@@ -32,6 +32,7 @@ from sidecar.model import (
     EchoedCall,
     Item,
     ItemKind,
+    JsonPath,
     Provider,
     Reply,
     RequestView,
@@ -86,6 +87,12 @@ def _items(output: list[Any]) -> list[Item]:
     return items
 
 
+def _output_result(item: dict[str, Any]) -> ToolResult:
+    """A `function_call_output` item (its output: a string or a list of input parts)."""
+    output = item.get("output", "")
+    return ToolResult(str(item.get("call_id")), output, False, None, result_size(output))
+
+
 def conversation_id(body: dict[str, Any]) -> str | None:
     """The request's `conversation` (an id, or `{"id": …}`), None when absent or unreadable."""
     value = body.get("conversation")
@@ -119,8 +126,7 @@ class OpenAIResponsesDialect(Dialect):
         for item in items:
             kind = item.get("type")
             if kind == "function_call_output":
-                output = item.get("output", "")
-                view.results.append(ToolResult(str(item.get("call_id")), output, False, None, result_size(output)))
+                view.results.append(_output_result(item))
             elif _model_item(item):
                 view.results = []
                 if kind == "function_call":
@@ -128,6 +134,14 @@ class OpenAIResponsesDialect(Dialect):
                         EchoedCall(str(item.get("call_id")), str(item.get("name")), item.get("arguments"))
                     )
         return view
+
+    def result_slots(self, body: dict[str, Any]) -> list[tuple[JsonPath, ToolResult]]:
+        items = body.get("input")
+        return [
+            (("input", index, "output"), _output_result(item))
+            for index, item in enumerate(as_list(items))
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]
