@@ -34,7 +34,7 @@ from sidecar.filters.tracing import tracing_from_settings
 from sidecar.model import Provider, RefusalReason
 from sidecar.policy import EmbeddedEngine, build_engine
 from sidecar.policy.inputs import agent_identity
-from sidecar.policy.traits import ToolTraits
+from sidecar.policy.traits import ToolTraits, data_overlay
 from sidecar.proxy.handler import ProxyHandler, UpstreamChannel
 from sidecar.proxy.upstream import Upstreams
 from sidecar.schemas.drift import DriftWatch
@@ -79,10 +79,12 @@ class Sidecar:
         self.state: GuardedStore = build_store(settings.state, on_error=self.metrics.state_error)
         # Rego: a broken policy at startup is an error (PolicyLoadError); later a broken
         # revision keeps the last good one and /v1/status says so.
-        self.policy = build_engine(settings.policy, settings.policies, on_reload=self._policy_reloaded)
+        self.policy = build_engine(
+            settings.policy, settings.policies, on_reload=self._policy_reloaded, data_overlay=data_overlay(settings)
+        )
         self.metrics.policy_staleness(self.policy.stale_seconds)
-        # side_effects / repeatable per tool: the embedded engine's data.json, kept current by
-        # its reloads; with an OPA server, the local policies dir is read once.
+        # side_effects / repeatable per tool: the policy data in force (the configuration's traits
+        # written into it), kept current by reloads; with an OPA server, its files, read once.
         self.tool_traits = (
             ToolTraits(settings, self.policy.data)
             if isinstance(self.policy, EmbeddedEngine)

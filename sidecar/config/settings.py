@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "SIDECAR_"
@@ -269,6 +269,19 @@ class Settings(BaseSettings):
                 raise ValueError(f"expected key=value[,key=value...], got {value!r}")
             return {k.strip(): v.strip() for k, _, v in pairs}
         return value
+
+    @model_validator(mode="after")
+    def _traits_have_one_source(self) -> Settings:
+        """Tool traits live in the policy data (sidecar/policy/traits.py): the embedded engine
+        takes the configuration's into that data; an OPA server reads only its own files."""
+        if self.policy.engine == "opa":
+            named = sorted(n for n, t in self.tools.items() if t.side_effects is not None or t.repeatable is not None)
+            if named:
+                raise ValueError(
+                    f"tools.{named[0]}: side_effects/repeatable cannot be set here with policy.engine=opa "
+                    "(OPA reads tool traits from its own data.json: set data.sidecar.tools.<name> there)"
+                )
+        return self
 
     def tool(self, name: str) -> ToolSettings:
         return self.tools.get(name) or _NO_OVERRIDES

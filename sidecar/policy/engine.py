@@ -238,12 +238,14 @@ class EmbeddedEngine(_Interpreting):
         *,
         strict: bool = True,
         on_reload: ReloadHook | None = None,
+        data_overlay: dict[str, Any] | None = None,
     ) -> None:
         self.on_error: OnError = settings.on_error
         self.decision_log = DecisionLog.from_settings(settings.decision_log, settings.mode)
         self.reload_interval_s = settings.reload_interval_s
         self.policies_dir = policies_dir
         self.on_reload = on_reload
+        self._overlay = data_overlay or {}
         self.reload_errors = 0
         self.eval_errors = 0
         self._error: str | None = None
@@ -259,7 +261,7 @@ class EmbeddedEngine(_Interpreting):
             watched = resolve(policies_dir).directory
             if watched is not None:
                 initial_hash = content_hash(watched)
-            self._compiled = compile_bundle(read_bundle(policies_dir))
+            self._compiled = compile_bundle(self._overlaid(read_bundle(policies_dir)))
         except PolicyLoadError as exc:
             if strict:
                 raise
@@ -269,6 +271,13 @@ class EmbeddedEngine(_Interpreting):
         self._start_watcher()
 
     # --- loading -------------------------------------------------------------------------
+
+    def _overlaid(self, bundle: PolicyBundle) -> PolicyBundle:
+        """The bundle with the configuration's per-tool traits written into its data: one
+        document the policy and every guard read (see `sidecar/policy/traits.py`)."""
+        if not self._overlay:
+            return bundle
+        return replace(bundle, data=merge_data(bundle.data, self._overlay))
 
     def _start_watcher(self) -> None:
         if self._watcher is None or self._watcher.running:
@@ -289,7 +298,7 @@ class EmbeddedEngine(_Interpreting):
         self._start_watcher()
 
     def _apply(self, bundle: PolicyBundle) -> None:
-        compiled = compile_bundle(bundle)  # raises PolicyLoadError: last good one stays
+        compiled = compile_bundle(self._overlaid(bundle))  # raises PolicyLoadError: last good one stays
         self._compiled = compiled
         self._error = None
         self._stale_since = None
@@ -533,6 +542,7 @@ def build_engine(
     *,
     strict: bool = True,
     on_reload: Callable[[bool, str | None], None] | None = None,
+    data_overlay: dict[str, Any] | None = None,
 ) -> EmbeddedEngine | OpaEngine:
     """The configured engine. Embedded: loads `policies_dir` now (a directory, or the packaged
     library: None or `builtin` for the safe default, `example:NAME` for an example) and
@@ -541,7 +551,16 @@ def build_engine(
     the event loop."""
     if settings.engine == "opa":
         return OpaEngine(settings)
-    return EmbeddedEngine(settings, policies_dir, strict=strict, on_reload=on_reload)
+    return EmbeddedEngine(settings, policies_dir, strict=strict, on_reload=on_reload, data_overlay=data_overlay)
+
+
+def merge_data(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """`overlay` written over `base`, objects merged key by key (a copy; neither is changed)."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        current = merged.get(key)
+        merged[key] = merge_data(current, value) if isinstance(current, dict) and isinstance(value, dict) else value
+    return merged
 
 
 __all__ = [
