@@ -297,7 +297,8 @@ class Dialect(ABC):
         """The body with the content of result number i (as `request_results` counts) replaced
         by `contents[i]`: only the path to each is copied, `body` is never mutated."""
         slots = self.result_slots(body)
-        return replace_paths(body, {slots[i][0]: content for i, content in contents.items()})
+        rewritten: dict[str, Any] = replace_paths(body, {slots[i][0]: content for i, content in contents.items()})
+        return rewritten
 
     def add_withheld_outputs(self, body: dict[str, Any], outputs: dict[str, str]) -> dict[str, Any]:
         """Answer calls the provider remembers but the agent never saw (stateful APIs)."""

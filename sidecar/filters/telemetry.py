@@ -38,7 +38,7 @@ class TelemetryFilter(Filter):
                 record.tool or "", "error" if record.outcome == "error" else "ok", record.latency_s
             )
         for kind in record.anomalies:
-            self.metrics.tool_result_anomaly(kind)
+            self.metrics.tool_result_anomaly(kind, record.tool)
 
     async def on_reply(self, ex: Exchange, reply: Reply) -> None:
         if reply.removed_calls:

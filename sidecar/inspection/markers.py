@@ -32,7 +32,8 @@ DEFAULT_MARKERS: tuple[Any, ...] = (
     },
     {
         "name": "reveal_system_prompt",
-        "regex": r"(?i)\b(?:reveal|print|show|repeat|output)\s+(?:your|the)\s+(?:system\s+prompt|hidden\s+instructions)",
+        "regex": r"(?i)\b(?:reveal|print|show|repeat|output)\s+(?:your|the)\s+"
+        r"(?:system\s+prompt|hidden\s+instructions)",
     },
     {
         "name": "role_override",

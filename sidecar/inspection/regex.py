@@ -37,3 +37,8 @@ def compile_pattern(pattern: str) -> Any:
 def escape(text: str) -> str:
     """`text` as a pattern that matches it literally."""
     return str(re2.escape(text))
+
+
+def group_index(compiled: Any, name: str) -> int:
+    """The number of named group `name` (RE2's match objects take numbers only)."""
+    return int(compiled.groupindex[name.encode("utf-8")])

@@ -2,9 +2,10 @@
 
 From `data.sidecar` (the same data.json the Rego rules read, so a tool's traits live in one
 place): `tools.<name>.untrusted` (prompt-injection markers are looked for in its results),
-`tools.<name>.max_result_bytes` (above it a result is `oversized_result`), then
-`unlisted_tool.<key>` for tools without that key, then `results.max_result_bytes`, then the
-defaults below; `results.injection_markers` / `extra_injection_markers` (markers.py).
+`tools.<name>.max_result_bytes` (above it a result is `oversized_result`), read as the
+shipped rules read a tool's settings: the tool's entry if it has one, else `unlisted_tool`;
+then `results.max_result_bytes`, then the defaults below; `results.injection_markers` /
+`extra_injection_markers` (markers.py).
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ class ResultRules:
         self._default_max = _size(results.get("max_result_bytes")) or DEFAULT_MAX_RESULT_BYTES
 
     def _setting(self, tool: str, key: str) -> Any:
-        entry = _mapping(self._tools.get(tool))
-        return entry[key] if key in entry else self._unlisted.get(key)
+        entry = self._tools.get(tool)
+        return (entry if isinstance(entry, Mapping) else self._unlisted).get(key)
 
     def profile(self, tool: str) -> ToolProfile:
         untrusted = self._setting(tool, "untrusted") is True

@@ -36,8 +36,9 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
 from sidecar.inspection.findings import AnomalyKind, Span
-from sidecar.inspection.regex import compile_pattern
+from sidecar.inspection.regex import compile_pattern, group_index
 
 
 def _has_digit_and_letter(token: bytes) -> bool:
@@ -65,7 +66,9 @@ _PEM = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
 REDACTOR_SHAPES: tuple[Shape, ...] = (
     # PEM private keys (PKCS#1/#8, OpenSSH, PGP blocks); an unterminated block (a truncated
     # result) runs to the next quote, which base64 never holds (the end of a JSON string).
-    Shape("private_key", rf"(?P<private_key>{_PEM}(?s:.*?)-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|{_PEM}[^\"]*)"),
+    Shape(
+        "private_key", rf"(?P<private_key>{_PEM}(?s:.*?)-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|{_PEM}[^\"]*)"
+    ),
     Shape("bearer_token", r"(?i:\bbearer)\s+(?P<bearer_token>[A-Za-z0-9\-._~+/]{8,}=*)", _has_digit_and_letter),
     Shape("jwt", r"\b(?P<jwt>eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*)"),
     Shape("provider_key", r"(?:^|[^A-Za-z0-9])(?P<provider_key>sk-[A-Za-z0-9_-]{16,})", _digits_and_both_cases),
@@ -260,8 +263,10 @@ class SecretScanner:
         self.keys = keys or KeyRules()
         self.entropy = entropy or EntropyRules()
         self._shapes = compile_pattern("|".join(f"(?:{shape.pattern})" for shape in SHAPES))
-        self._guards = {shape.name: shape.guard for shape in SHAPES}
+        self._shape_groups = [(shape.name, group_index(self._shapes, shape.name), shape.guard) for shape in SHAPES]
         self._key_value = compile_pattern(_KEY_VALUE)
+        self._key_group = group_index(self._key_value, "key")
+        self._value_groups = [group_index(self._key_value, name) for name in ("dq", "sq", "bare")]
         self._candidates = compile_pattern(rf"[A-Za-z0-9+/=_\-]{{{self.entropy.min_length},}}")
 
     def scan(self, part: int, data: bytes, budget: list[int]) -> list[Span]:
@@ -274,8 +279,8 @@ class SecretScanner:
 
     def _by_shape(self, part: int, data: bytes) -> Iterable[Span]:
         for match in self._shapes.finditer(data):
-            for name, guard in self._guards.items():
-                start, end = match.span(name)
+            for name, group, guard in self._shape_groups:
+                start, end = match.span(group)
                 if start < 0:
                     continue
                 if guard is None or guard(data[start:end]):
@@ -284,10 +289,10 @@ class SecretScanner:
 
     def _by_key(self, part: int, data: bytes) -> Iterable[Span]:
         for match in self._key_value.finditer(data):
-            key = match.group("key").decode("utf-8", "replace")
-            if not self.keys.credential(key):
+            start, end = match.span(self._key_group)
+            if not self.keys.credential(data[start:end].decode("utf-8", "replace")):
                 continue
-            for group in ("dq", "sq", "bare"):
+            for group in self._value_groups:
                 start, end = match.span(group)
                 if start >= 0:
                     if not placeholder(data[start:end]):
