@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -122,6 +122,8 @@ class ResultOutcome:
     redact: frozenset[AnomalyKind] = LOCATED
     rule: str | None = None
     cause: str = "policy"
+    # Which detectors fired, by kind (names only: for the log line).
+    detectors: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def weight(self) -> int:
@@ -229,7 +231,7 @@ class ResultPolicy(PolicyPhase):
         if self.mode == "off":
             return ResultOutcome(ResultAction.ALLOW, anomalies, found)
         decision = await self._decide(ex, result, record, tool, list(anomalies))
-        return _resolve(decision, inspection, anomalies, found)
+        return replace(_resolve(decision, inspection, anomalies, found), detectors=inspection.detectors())
 
     async def _decide(
         self, ex: Exchange, result: ToolResult, record: ToolResultRecord | None, tool: str, anomalies: list[str]
@@ -260,7 +262,6 @@ class ResultPolicy(PolicyPhase):
         if outcome.action is ResultAction.ALLOW and not outcome.reasons:
             return
         applied = self.mode == "enforce" and outcome.action is not ResultAction.ALLOW
-        inspection = outcome.inspection
         log_event(
             "policy_result_decision",
             level=logging.INFO if outcome.action is ResultAction.ALLOW else logging.WARNING,
@@ -272,7 +273,7 @@ class ResultPolicy(PolicyPhase):
             cause=outcome.cause,
             rule=outcome.rule,
             anomalies=list(outcome.anomalies),
-            detectors=inspection.detectors() if inspection is not None else None,
+            detectors=outcome.detectors,
             reasons=list(outcome.reasons),
             bytes=result.size,
             history=record is None,

@@ -218,17 +218,44 @@ def _prefixed_id(token: bytes) -> bool:
     return False
 
 
+def _is_upper(byte: int) -> bool:
+    return 65 <= byte <= 90
+
+
+def _is_lower(byte: int) -> bool:
+    return 97 <= byte <= 122
+
+
+def _is_digit(byte: int) -> bool:
+    return 48 <= byte <= 57
+
+
 def _average_run(segment: bytes) -> float:
-    """Mean length of runs of digits, (capitalised) lower-case words and upper-case letters."""
-    runs = 0
-    previous = ""
-    for byte in segment:
-        kind = "d" if 48 <= byte <= 57 else "u" if 65 <= byte <= 90 else "l" if 97 <= byte <= 122 else "o"
-        # A capital starting a lower-case word is part of it (`User` is one run).
-        if kind != previous and not (kind == "l" and previous == "u"):
-            runs += 1
-        previous = kind
-    return len(segment) / max(1, runs)
+    """Mean length of its runs: digits, lower-case words (with their capital: `User`), and
+    upper-case letters (`HTTPServer` is `HTTP` + `Server`)."""
+    runs = position = 0
+    n = len(segment)
+    while position < n:
+        byte = segment[position]
+        runs += 1
+        if _is_upper(byte):
+            end = position
+            while end < n and _is_upper(segment[end]):
+                end += 1
+            if end < n and _is_lower(segment[end]):
+                if end - position > 1:
+                    runs += 1  # the capitals before the word's own capital
+                position = end
+                while position < n and _is_lower(segment[position]):
+                    position += 1
+            else:
+                position = end
+        else:
+            same = _is_digit if _is_digit(byte) else _is_lower if _is_lower(byte) else None
+            position += 1
+            while same is not None and position < n and same(segment[position]):
+                position += 1
+    return n / max(1, runs)
 
 
 def _entropy(segment: bytes) -> float:
