@@ -193,7 +193,7 @@ class ResultSettings(_Section):
     entropy: bool = True
     entropy_min_length: int = Field(20, ge=12, le=128)
     entropy_max_length: int = Field(256, ge=16, le=4096)
-    entropy_max_candidates: int = Field(2000, ge=0)
+    entropy_max_candidates: int = Field(1000, ge=0)
 
 
 class InventorySettings(_Section):

@@ -40,15 +40,16 @@ from dataclasses import dataclass
 from sidecar.inspection.findings import AnomalyKind, Span
 from sidecar.inspection.regex import compile_pattern, group_index
 
+_DIGITS = b"0123456789"
+_LETTERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
 
 def _has_digit_and_letter(token: bytes) -> bool:
-    return any(48 <= b <= 57 for b in token) and any(65 <= b <= 90 or 97 <= b <= 122 for b in token)
+    return len(token.translate(None, _DIGITS)) < len(token) and len(token.translate(None, _LETTERS)) < len(token)
 
 
 def _digits_and_both_cases(token: bytes) -> bool:
-    return (
-        any(48 <= b <= 57 for b in token) and any(65 <= b <= 90 for b in token) and any(97 <= b <= 122 for b in token)
-    )
+    return _has_digit_and_letter(token) and token.lower() != token and token.upper() != token
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,90 +198,77 @@ class EntropyRules:
     min_length: int = 20
     max_length: int = 256
     # Candidates scored per result at most (the rest are not: a cost bound for hostile input).
-    max_candidates: int = 2000
+    max_candidates: int = 1000
 
 
 _SEGMENT_MIN = 16
 _BITS_FACTOR = 0.8
 _MAX_AVERAGE_RUN = 2.5
-_HEX = frozenset(b"0123456789abcdefABCDEF-")
-_SEPARATORS = b"-_/+"
+_HEX = _DIGITS + b"abcdefABCDEF-"
+# Separators become spaces (split() then cuts there); every byte becomes its class for runs.
+_TO_SPACES = bytes.maketrans(b"-_/+=", b"     ")
+_CLASSES = bytes(
+    ord("d") if 48 <= b <= 57 else ord("u") if 65 <= b <= 90 else ord("l") if 97 <= b <= 122 else ord("o")
+    for b in range(256)
+)
+# Class pairs that start a new run (an upper-case letter followed by lower case does not: it
+# starts its word), and the triple where a run of capitals ends before a word (`HTTPServer`).
+# Distinct-letter pairs cannot overlap, nor can `uul`, so bytes.count counts them exactly.
+_RUN_STARTS = (b"ud", b"du", b"ld", b"dl", b"lu", b"uo", b"ou", b"lo", b"ol", b"do", b"od")
 
 
 def _prefixed_id(token: bytes) -> bool:
-    """`msg_01…`, `chatcmpl-…`, `sha256-…`: a lower-case prefix of up to 12, one separator."""
+    """`msg_01…`, `chatcmpl-…`, `sha256-…`: a lower-case prefix of up to 12 (letters first,
+    then letters or digits), one `_` or `-`, then letters and digits only."""
     for position, byte in enumerate(token[:13]):
         if byte in (0x5F, 0x2D):  # _ -
             rest = token[position + 1 :]
-            return position > 0 and bool(rest) and rest.isalnum() and token[0:1].islower()
+            return position > 0 and rest.isalnum()
         if not (97 <= byte <= 122 or (position and 48 <= byte <= 57)):
             return False
     return False
 
 
-def _is_upper(byte: int) -> bool:
-    return 65 <= byte <= 90
-
-
-def _is_lower(byte: int) -> bool:
-    return 97 <= byte <= 122
-
-
-def _is_digit(byte: int) -> bool:
-    return 48 <= byte <= 57
-
-
 def _average_run(segment: bytes) -> float:
     """Mean length of its runs: digits, lower-case words (with their capital: `User`), and
     upper-case letters (`HTTPServer` is `HTTP` + `Server`)."""
-    runs = position = 0
-    n = len(segment)
-    while position < n:
-        byte = segment[position]
-        runs += 1
-        if _is_upper(byte):
-            end = position
-            while end < n and _is_upper(segment[end]):
-                end += 1
-            if end < n and _is_lower(segment[end]):
-                if end - position > 1:
-                    runs += 1  # the capitals before the word's own capital
-                position = end
-                while position < n and _is_lower(segment[position]):
-                    position += 1
-            else:
-                position = end
-        else:
-            same = _is_digit if _is_digit(byte) else _is_lower if _is_lower(byte) else None
-            position += 1
-            while same is not None and position < n and same(segment[position]):
-                position += 1
-    return n / max(1, runs)
+    classes = segment.translate(_CLASSES)
+    runs = 1 + sum(classes.count(pair) for pair in _RUN_STARTS) + classes.count(b"uul")
+    return len(segment) / runs
+
+
+# c * log2(c) for every count a candidate's byte can have (at most its 4096-byte cap).
+_C_LOG_C = [0.0] + [c * math.log2(c) for c in range(1, 4097)]
 
 
 def _entropy(segment: bytes) -> float:
+    """Shannon entropy in bits per byte: log2(n) - sum(c log2 c) / n."""
     n = len(segment)
-    return -sum(c / n * math.log2(c / n) for c in Counter(segment).values())
+    return math.log2(n) - sum(map(_C_LOG_C.__getitem__, Counter(segment).values())) / n
 
 
 def random_looking(token: bytes) -> bool:
     """The entropy net's test for one candidate (see the module docstring)."""
     token = token.rstrip(b"=")
-    if set(token) <= _HEX or _prefixed_id(token):
+    if not token.translate(None, _HEX) or _prefixed_id(token):
         return False
-    segment = max(_split(token), key=len)
+    segment = max(token.translate(_TO_SPACES).split(), key=len, default=b"")
     if len(segment) < _SEGMENT_MIN or not _has_digit_and_letter(segment):
         return False
-    if _entropy(segment) < _BITS_FACTOR * math.log2(min(len(segment), 64)):
+    if _average_run(segment) > _MAX_AVERAGE_RUN:  # word-like: cheaper to tell than entropy
         return False
-    return _average_run(segment) <= _MAX_AVERAGE_RUN
+    return _entropy(segment) >= _BITS_FACTOR * math.log2(min(len(segment), 64))
 
 
-def _split(token: bytes) -> list[bytes]:
-    parts = [token]
-    for separator in _SEPARATORS:
-        parts = [piece for part in parts for piece in part.split(bytes([separator]))]
-    return parts
+def _disjoint(spans: list[Span]) -> list[tuple[int, int]]:
+    """The spans' byte ranges, sorted and merged."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted((s.start, s.end) for s in spans):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 class SecretScanner:
@@ -328,19 +316,20 @@ class SecretScanner:
 
     def _by_entropy(self, part: int, data: bytes, found: list[Span], budget: list[int]) -> Iterable[Span]:
         limit = self.entropy.max_length
+        taken = _disjoint(found)  # what the other nets found is not scored again
+        index = 0
         for match in self._candidates.finditer(data):
             if budget[0] <= 0:
                 return
             start, end = match.span()
-            if end - start > limit or _covered(found, start, end) or _skipped_context(data, start, end):
+            while index < len(taken) and taken[index][1] <= start:
+                index += 1
+            covered = index < len(taken) and taken[index][0] < end
+            if covered or end - start > limit or _skipped_context(data, start, end):
                 continue
             budget[0] -= 1
             if random_looking(data[start:end]):
                 yield Span(part, start, end, AnomalyKind.POSSIBLE_SECRET, "entropy")
-
-
-def _covered(spans: list[Span], start: int, end: int) -> bool:
-    return any(span.start < end and start < span.end for span in spans)
 
 
 _WRAPPED = 60  # a base64 block wrapped at 64 or 76 characters a line
