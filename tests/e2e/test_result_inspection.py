@@ -11,8 +11,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
+from sidecar.dialects.openai_chat import OpenAIChatDialect
 from sidecar.filters.result_policy import ResultPolicy
 from sidecar.policy.sources import init_directory
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
@@ -300,3 +302,23 @@ async def test_shadow_mode_forwards_and_says_what_it_would_do(start_sidecar, mod
     assert AWS_KEY.encode() in model.model_requests[1].body
     [line] = [r for r in caplog.records if getattr(r, "event", None) == "policy_result_decision"]
     assert (line.fields["action"], line.fields["applied"]) == ("withhold", False)  # type: ignore[attr-defined]
+
+
+async def test_a_failing_rewrite_refuses_the_request(start_sidecar, model, monkeypatch):
+    """Anything else the filter cannot do fails the request closed: nothing goes upstream."""
+    sidecar = await start_sidecar()
+    agent = AGENTS["chat"](sidecar.proxy_url, TOOLS, SESSION)
+    model.add_turns(Turn(tool_calls=[ToolCallSpec("lookup", {"id": "db"})]), Turn(text="ok"))
+    first = await agent.ask(stream=False)
+    agent.answer({first.call_ids[0]: SECRET_RESULT})
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("rewrite bug")
+
+    monkeypatch.setattr(OpenAIChatDialect, "replace_results", broken)
+    with pytest.raises(openai.InternalServerError) as refused:
+        await agent.ask(stream=False)
+    assert refused.value.status_code == 503
+    assert len(model.model_requests) == 1
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_filter_errors_total", filter="policy_results", hook="on_request", critical="true") == 1
