@@ -17,6 +17,7 @@ from sidecar.admin.app import build_admin_app
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
 from sidecar.exchange.filters import Filter, FilterChain
+from sidecar.exchange.legs import LegIndex
 from sidecar.exchange.runner import ExchangeRunner, UpstreamError
 from sidecar.exchange.state import Exchange
 from sidecar.filters.approval import ApprovalFilter
@@ -24,6 +25,7 @@ from sidecar.filters.arguments import ArgumentsFilter
 from sidecar.filters.conversation import ProviderStateFilter
 from sidecar.filters.cost import CostFilter
 from sidecar.filters.drift import DriftFilter
+from sidecar.filters.legs import LegsFilter
 from sidecar.filters.policy import PolicyFilter
 from sidecar.filters.replay import ReplayFilter
 from sidecar.filters.result_policy import ResultPolicy, result_rules
@@ -32,11 +34,13 @@ from sidecar.filters.telemetry import TelemetryFilter
 from sidecar.filters.tool_list import ToolListFilter
 from sidecar.filters.tracing import tracing_from_settings
 from sidecar.inspection import MarkerError
+from sidecar.mcp.runner import McpRunner
 from sidecar.model import Provider, RefusalReason
 from sidecar.policy import EmbeddedEngine, build_engine
 from sidecar.policy.inputs import agent_identity
 from sidecar.policy.traits import ToolTraits, data_overlay
 from sidecar.proxy.handler import ProxyHandler, UpstreamChannel
+from sidecar.proxy.mcp import McpHandler, UpstreamMcp
 from sidecar.proxy.upstream import Upstreams
 from sidecar.schemas.drift import DriftWatch
 from sidecar.schemas.inventory import ToolInventory
@@ -98,14 +102,27 @@ class Sidecar:
         self.approvals = ApprovalService(settings, self.state, self.metrics)
         # Traces only when an OTLP endpoint is configured: otherwise no filter, no cost.
         self.tracing = tracing_from_settings(settings.telemetry)
+        # Model-path calls the MCP path may execute: one logical call across both (docs/mcp.md).
+        self.legs = LegIndex(settings.mcp.correlation_window_s)
         self.filters = self._filters(Continuations(store=self.state))
         self._filter_failures: dict[str, tuple[float, str]] = {}
         self.chain = FilterChain(self.filters, on_failure=self._filter_failed)
         self.runner = ExchangeRunner(
             settings, self.chain, UpstreamChannel(self.upstreams), self._refused, self._exchange_upstream_failed
         )
+        # The MCP path: the same chain, its own sequence (sidecar/mcp/runner.py).
+        self.metrics.mcp_servers(settings.mcp.servers)
+        self.mcp_runner = McpRunner(
+            settings, self.chain, UpstreamMcp(self.upstreams), self.legs, self.metrics, self._refused, self._mcp_failed
+        )
         self.handler = ProxyHandler(
-            settings, self.upstreams, self.runner, self._refused, self._upstream_failed, self._passthrough
+            settings,
+            self.upstreams,
+            self.runner,
+            self._refused,
+            self._upstream_failed,
+            self._passthrough,
+            McpHandler(settings, self.mcp_runner, self.upstreams, self._refused),
         )
         self.health_checks: dict[str, HealthCheck] = {
             "rejection_log": self.rejections.health,
@@ -155,6 +172,9 @@ class Sidecar:
             PolicyFilter(s, self.policy, metrics, state),
             # Resolves the policy's "needs approval"; its lookup runs before the policy decides.
             ApprovalFilter(self.approvals),
+            # Delivered and finally refused model-path calls, for the MCP path to recognise
+            # their executions (one decision, one ledger entry, one count). Last: it only reads.
+            LegsFilter(self.legs),
         ]
         return filters
 
@@ -204,6 +224,19 @@ class Sidecar:
             log=log,
             provider=provider.value,
             path=path,
+            cause=exc.cause.value,
+            error=exc.message,
+            status=exc.status,
+        )
+
+    def _mcp_failed(self, server: str, exc: UpstreamError) -> None:
+        self.metrics.upstream_error(Provider.MCP.value, exc.cause.value)
+        log_event(
+            "upstream_error",
+            level=logging.WARNING,
+            log=log,
+            provider=Provider.MCP.value,
+            server=server,
             cause=exc.cause.value,
             error=exc.message,
             status=exc.status,

@@ -18,6 +18,16 @@ import orjson
 class Provider(StrEnum):
     ANTHROPIC = "anthropic"
     OPENAI = "openai"
+    # An MCP server (Streamable HTTP, `mcp.servers`): the upstream of the MCP path.
+    MCP = "mcp"
+
+
+class CallPath(StrEnum):
+    """Which way a tool call travels through the sidecar (metric label `path`, policy `input.path`):
+    asked for by a model in a provider reply, or sent by an MCP client as `tools/call`."""
+
+    MODEL = "model"
+    MCP = "mcp"
 
 
 def canonical_json(value: Any) -> bytes:
@@ -77,7 +87,8 @@ def replace_paths(value: Any, replacements: dict[JsonPath, Any]) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class ToolDeclaration:
-    """A client tool as declared in a request (`input_schema` / `parameters`)."""
+    """A client tool as declared in a request (`input_schema` / `parameters`), or listed by an
+    MCP server (`inputSchema`, with its `outputSchema` and `annotations` when it has them)."""
 
     name: str
     schema: dict[str, Any]
@@ -85,12 +96,25 @@ class ToolDeclaration:
     schema_hash: str = ""
     # Size of the schema's JSON: what compiling it costs (bounded caches, size limits).
     schema_bytes: int = 0
+    # MCP only: the JSON Schema `structuredContent` must match, and the server's hints
+    # (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`, `title`).
+    output_schema: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
 
     @classmethod
-    def create(cls, name: str, schema: dict[str, Any] | None, description: str = "") -> ToolDeclaration:
+    def create(
+        cls,
+        name: str,
+        schema: dict[str, Any] | None,
+        description: str = "",
+        output_schema: dict[str, Any] | None = None,
+        annotations: dict[str, Any] | None = None,
+    ) -> ToolDeclaration:
         schema = schema if isinstance(schema, dict) else {"type": "object"}
+        output = output_schema if isinstance(output_schema, dict) else None
+        hints = annotations if isinstance(annotations, dict) and annotations else None
         digest, size = schema_hash_and_size(schema)
-        return cls(name, schema, description or "", digest, size)
+        return cls(name, schema, description or "", digest, size, output, hints)
 
 
 # Plain-serialisation digest -> canonical hash. Keys are 32-byte digests, so the memory is
@@ -118,8 +142,18 @@ def schema_hash(schema: dict[str, Any]) -> str:
 
 def declaration_hash(declaration: ToolDeclaration) -> str:
     """sha256 of the canonical JSON of name, description and schema: everything the model is
-    shown about a tool, so a reworded description counts as a change as much as a new field."""
-    document = {"name": declaration.name, "description": declaration.description, "schema": declaration.schema}
+    shown about a tool, so a reworded description counts as a change as much as a new field.
+    An MCP tool's output schema and annotations count too (a `readOnlyHint` that turns false is
+    a change worth seeing); declarations without them hash as they always did."""
+    document: dict[str, Any] = {
+        "name": declaration.name,
+        "description": declaration.description,
+        "schema": declaration.schema,
+    }
+    if declaration.output_schema is not None:
+        document["output_schema"] = declaration.output_schema
+    if declaration.annotations:
+        document["annotations"] = declaration.annotations
     return sha256_hex(canonical_json(document))
 
 
@@ -163,6 +197,8 @@ class ToolResult:
     is_error: bool = False
     tool_name: str | None = None
     size: int = 0
+    # What the wire found wrong reading it (MCP: `structuredContent` that fails `outputSchema`).
+    anomalies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +304,7 @@ class SessionSource(StrEnum):
     THREAD = "thread"  # an Anthropic message thread: its root message id
     CHAIN = "chain"  # a Responses `previous_response_id` chain: its root response id
     USER = "user"  # the provider's user field (`metadata.user_id`, `user`, `prompt_cache_key`)
+    MCP_SESSION = "mcp_session"  # an MCP server's `Mcp-Session-Id` (one MCP connection, 2025 revisions)
     DERIVED = "derived"  # a hash of how the conversation began: may merge conversations
 
 

@@ -26,6 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     "policy": {"config", "inspection", "model", "telemetry"},  # inspection: `check` compiles the markers
     "approvals": {"config", "state", "telemetry", "timefmt"},
     "exchange": {"config", "dialects", "model", "telemetry"},  # the redactor, for upstream error bodies
+    # The MCP path: wire reading, its sequence over the exchange chain; no transport, no wiring.
+    "mcp": {"config", "dialects", "exchange", "identity", "lockdown", "model", "telemetry"},
 }
 # Nothing below the transport may reach up into it (or into the wiring).
 NEVER_IMPORTED_BY_LOWER = {"app", "proxy", "admin", "cli", "demo"}
@@ -92,7 +94,7 @@ def test_lower_layers_import_only_below_them(part: str) -> None:
 
 def test_filters_never_reach_the_transport() -> None:
     graph = import_graph()
-    for part in ("filters", "exchange", "dialects", "inspection", "policy", "state", "lockdown"):
+    for part in ("filters", "exchange", "dialects", "inspection", "policy", "state", "lockdown", "mcp"):
         assert not graph.get(part, set()) & NEVER_IMPORTED_BY_LOWER, part
 
 

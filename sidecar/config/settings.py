@@ -213,6 +213,38 @@ class TelemetrySettings(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+def _mcp_endpoint(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(
+            f"expected the http(s) URL of an MCP endpoint such as http://127.0.0.1:8000/mcp, got {value!r}"
+        )
+    if parts.fragment:
+        raise ValueError("an MCP server URL takes no fragment")
+    return value
+
+
+class McpSettings(_Section):
+    """MCP servers reached through the sidecar over Streamable HTTP (docs/mcp.md): a client
+    points at `http://<listen>/mcp/<name>` and the sidecar forwards to `servers[<name>]`."""
+
+    servers: dict[str, str] = Field(default_factory=dict)
+    # How long after the model path delivered a call its MCP execution is recognised as the
+    # same logical call (one decision, one ledger entry, one count).
+    correlation_window_s: float = Field(300.0, gt=0)
+    # Tool lists remembered (per server and caller credentials), to judge tools/call against.
+    max_catalogs: int = Field(256, ge=1)
+
+    @field_validator("servers")
+    @classmethod
+    def _check_servers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, url in value.items():
+            if not name or "/" in name or name in (".", ".."):
+                raise ValueError(f"an MCP server name is one path segment, got {name!r}")
+            _mcp_endpoint(url)
+        return value
+
+
 class Settings(BaseSettings):
     """Every setting. `Settings(...)` / `model_validate` take explicit values only (no
     environment is read behind a caller's back); `load_settings` is what reads file and env."""
@@ -267,6 +299,7 @@ class Settings(BaseSettings):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     inventory: InventorySettings = Field(default_factory=InventorySettings)
     results: ResultSettings = Field(default_factory=ResultSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
     # Who the agent is, for the policy input (`input.agent`). Unset: the pod's POD_NAME /
     # POD_NAMESPACE (Downward API), else empty.

@@ -19,6 +19,7 @@ from sidecar.app import Running, start
 from sidecar.cli_output import Align, table
 from sidecar.config import load_settings
 from sidecar.demo.agent import SupportAgent
+from sidecar.demo.mcp_scene import play_mcp_scene
 from sidecar.demo.narrate import LABEL, VERDICT_WORDS, Narrator, Say, Verdict, line
 from sidecar.demo.scenes import SCENES, Scene
 from sidecar.scripted import ScriptedModel
@@ -166,7 +167,9 @@ async def play(
     `decision_log`: also record every policy decision with its input there (`sidecar policy replay`)."""
     with tempfile.TemporaryDirectory(prefix="sidecar-demo-") as tmp:
         log = Path(rejection_log) if rejection_log else Path(tmp) / "rejections.jsonl"
-        async with ScriptedModel([]) as model:
+        from sidecar.scripted.mcp import ScriptedMcpServer
+
+        async with ScriptedModel([]) as model, ScriptedMcpServer() as mcp_server:
             settings = load_settings(
                 flags={
                     "listen": "127.0.0.1:0",
@@ -177,6 +180,7 @@ async def play(
                     "policies": POLICIES,
                     "admin_token": f"{ADMIN_TOKEN} {APPROVER} {APPROVER_GROUPS}",
                     "policy": {"decision_log": {"path": decision_log}},
+                    "mcp": {"servers": {"support": mcp_server.url}},
                 },
                 environ={},
             )
@@ -187,6 +191,7 @@ async def play(
             sidecar = await start(settings)
             say("sidecar demo: a support agent (official Anthropic SDK) and a scripted model, through one real sidecar")
             say(f"  scripted model  {model.url}")
+            say(f"  MCP server      {mcp_server.url}  (official MCP SDK; at {{proxy}}/mcp/support)")
             say(f"  sidecar proxy   {sidecar.proxy_url}  (the agent's ANTHROPIC_BASE_URL)")
             say(f"  sidecar admin   {sidecar.admin_url}  (/metrics, /v1/status, /approvals)")
             say(f"  policy          {POLICIES}")
@@ -196,6 +201,7 @@ async def play(
             try:
                 for number, scene in enumerate(SCENES, 1):
                     await _scene(number, scene, model, demo, narrator)
+                await play_mcp_scene(len(SCENES) + 1, demo, narrator, mcp_server)
                 await sidecar.sidecar.rejections.aflush()
                 status = await _status(sidecar.admin_url)
                 result = DemoResult(narrator.verdicts(), narrator.repair_rounds, status, demo.commands)

@@ -275,6 +275,10 @@ class Dialect(ABC):
             out.pop("tool_choice")
         return out
 
+    def with_trace_context(self, body: dict[str, Any], carrier: dict[str, str]) -> dict[str, Any]:
+        """Model requests carry the trace context in headers only (`traceparent`)."""
+        return body
+
     @abstractmethod
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]

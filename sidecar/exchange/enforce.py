@@ -65,6 +65,16 @@ def explanation(checks: list[CallCheck], why: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def let_through_observed(settings: Settings, check: CallCheck) -> bool:
+    """A refusal under `mode: observe` is only observed: the call goes on (`Action.OBSERVED`).
+    Shared by the model path's plan and the MCP path."""
+    if check.verdict.allowed or settings.mode_for(check.call.name) != "observe":
+        return False
+    check.observed.append(check.verdict)
+    check.action = Action.OBSERVED
+    return True
+
+
 def _in_turn_duplicates(checks: list[CallCheck]) -> list[CallCheck] | None:
     """The refused checks, if every one is a replay of an allowed call of the same turn."""
     allowed = {check.call.id for check in checks if check.verdict.allowed}
@@ -87,14 +97,9 @@ class Enforcer:
         """pass | repair | block, after observe-mode refusals are let through."""
         plan = Plan.PASS
         for check in checks:
-            if check.verdict.allowed:
+            if check.verdict.allowed or let_through_observed(self.settings, check):
                 continue
-            mode = self.settings.mode_for(check.call.name)
-            if mode == "observe":
-                check.observed.append(check.verdict)
-                check.action = Action.OBSERVED
-                continue
-            if mode == "block" or self.settings.enforcement.max_repair_rounds == 0:
+            if self.settings.mode_for(check.call.name) == "block" or self.settings.enforcement.max_repair_rounds == 0:
                 return Plan.BLOCK
             plan = Plan.REPAIR
         return plan
@@ -125,7 +130,7 @@ class Enforcer:
             check.action = Action.BLOCKED
         await self.chain.checked(ex, checks)
         dropped = {id(check.call) for check in duplicates}
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         items = [item for item in reply.items if item.call is None or id(item.call) not in dropped]
         text = explanation(duplicates)
         items.append(dialect.text_item(SEPARATOR + text if dialect.has_text(items) else text))
@@ -133,7 +138,7 @@ class Enforcer:
         return Settlement(Reply(reply.envelope, items, reply.complete), True, delivered=kept, checks=checks)
 
     async def _repair(self, ex: Exchange, first: Reply, cut: int, checks: list[CallCheck]) -> Settlement:
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         request = ex.request
         current = first
         spent: list[Reply] = []
@@ -215,7 +220,7 @@ class Enforcer:
 
     def block(self, ex: Exchange, reply: Reply, checks: list[CallCheck], why: str | None = None) -> Reply:
         """Remove every call of the turn and say why in text: no half-refused set."""
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         items = [item for item in reply.items if item.kind is not ItemKind.CALL]
         text = explanation(checks, why)
         items.append(dialect.text_item(SEPARATOR + text if dialect.has_text(items) else text))
@@ -236,7 +241,7 @@ class Enforcer:
     def _merge(ex: Exchange, first: Reply, cut: int, last: Reply, spent: list[Reply]) -> Reply:
         """One assistant turn: the original preamble, then the last round (see the module
         docstring), usage summed over every round."""
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         envelope = dialect.merge_envelopes(first.envelope, last.envelope)
         if "usage" in envelope:
             for extra in spent:

@@ -20,7 +20,14 @@ Hooks, in the order an exchange meets them (see `sidecar/exchange/runner.py`):
     on_repaired(ex, outcome)  a sequence of repair rounds ended
     on_deliver(ex, calls)     the calls are about to reach the agent: commit (ledger) here
     on_delivered(ex, reply, calls)  the reply (and these calls) reached the agent
+    on_answered(ex)           tool results arrived in an upstream reply (MCP: the `tools/call`
+                              result), in `ex.view.results`: match them (`ex.results`), then
+                              every filter hears each one (`on_result`)
     on_done(ex, end)          the exchange ended (done or failed), exactly once, in reverse order
+
+The MCP path (`sidecar/mcp/runner.py`) runs the same chain: `on_request` on the declarations a
+`tools/list` returns or a `tools/call` is judged against, `check`/`checked`/`deliver` before
+a call is forwarded to the server, `answered` when its result comes back, `done`.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ HOOKS = (
     "on_repaired",
     "on_deliver",
     "on_delivered",
+    "on_answered",
     "on_done",
 )
 
@@ -72,6 +80,10 @@ class Filter:
     # resolve that kind of refusal (the approval filter turns "needs approval" into a request,
     # a decision already taken, or an allowed call).
     resolves: ClassVar[frozenset[VerdictKind]] = frozenset()
+    # A decision taken once per logical call (policy, approval): skipped for a call whose
+    # earlier leg already took it (`CallCheck.earlier`: an MCP execution of a call the model
+    # path delivered), so an approval covers one execution and a decision is never asked twice.
+    decides_once: ClassVar[bool] = False
 
     async def on_request(self, ex: Exchange) -> None:
         return None
@@ -101,6 +113,9 @@ class Filter:
         return None
 
     async def on_delivered(self, ex: Exchange, reply: Reply, calls: list[ToolCall]) -> None:
+        return None
+
+    async def on_answered(self, ex: Exchange) -> None:
         return None
 
     async def on_done(self, ex: Exchange, end: End) -> None:
@@ -194,10 +209,15 @@ class FilterChain:
         checks = [CallCheck(call, ex, len(calls), round) for call in calls]
         for position, check in enumerate(checks):
             await pause(position)
+            decided = check.earlier is not None
             try:
                 for f in self._by_hook["look_up"]:
+                    if decided and f.decides_once:
+                        continue
                     await self._run(f, "look_up", f.look_up(check))
                 for f in self._by_hook["on_call"]:
+                    if decided and f.decides_once:
+                        continue
                     if not check.verdict.allowed and check.verdict.kind not in f.resolves:
                         continue
                     verdict = await self._decide(f, check)
@@ -236,6 +256,14 @@ class FilterChain:
     async def delivered(self, ex: Exchange, reply: Reply, calls: list[ToolCall]) -> None:
         for f in self._by_hook["on_delivered"]:
             await self._run(f, "on_delivered", f.on_delivered(ex, reply, calls))
+
+    async def answered(self, ex: Exchange) -> None:
+        """Results that came back in an upstream reply (`ex.view.results`): matched, then heard."""
+        for f in self._by_hook["on_answered"]:
+            await self._run(f, "on_answered", f.on_answered(ex))
+        for record in ex.results:
+            for f in self._by_hook["on_result"]:
+                await self._run(f, "on_result", f.on_result(ex, record))
 
     async def done(self, ex: Exchange, end: End) -> None:
         """Every filter hears the end, whatever another one does (never raises), in reverse

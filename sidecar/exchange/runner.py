@@ -142,6 +142,19 @@ def json_object(body: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+async def read_bounded(answer: UpstreamAnswer, limit: int) -> bytes:
+    """The whole body, refused above `limit` bytes (`limits.max_reply_bytes`: memory is never
+    the upstream's). Shared by the model path and the MCP path."""
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await answer.chunk():
+        size += len(chunk)
+        if size > limit:
+            raise Refused(502, RefusalReason.SIZE, f"the upstream reply exceeds the sidecar limit of {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 @dataclass(slots=True)
 class _Held:
     """A reply read up to the point where the checks decide (the stream's held part)."""
@@ -216,7 +229,7 @@ class ExchangeRunner:
                         await agent.respond(answer.status, raw, answer)
                         end.finish(answer.status)
                         return
-                    reply = ex.dialect.read_reply(parsed)
+                    reply = ex.model_dialect.read_reply(parsed)
                     held = _Held(reply, reply.first_call_position)
                     delivery: _Delivery = _WholeDelivery(agent, answer, raw)
         except UpstreamError:
@@ -233,7 +246,7 @@ class ExchangeRunner:
             if not held.reply.complete:
                 raise Refused(502, RefusalReason.FRAMING, "the upstream stream ended before its last event")
             keepalive = self.settings.enforcement.keepalive_interval_s
-            delivery = _StreamDelivery(agent, held.assembler, ex.dialect.keepalive(), keepalive)
+            delivery = _StreamDelivery(agent, held.assembler, ex.model_dialect.keepalive(), keepalive)
         await self._settle_and_deliver(ex, held, delivery)
         end.finish(200 if end.stream else delivery.status)
 
@@ -260,16 +273,7 @@ class ExchangeRunner:
             raise Refused(502, RefusalReason.DEPTH, f"upstream reply nests deeper than {MAX_DEPTH} levels") from None
 
     async def _read_bounded(self, answer: UpstreamAnswer) -> bytes:
-        """The whole body, refused above `limits.max_reply_bytes` (memory is never the upstream's)."""
-        limit = self.settings.limits.max_reply_bytes
-        parts: list[bytes] = []
-        size = 0
-        while chunk := await answer.chunk():
-            size += len(chunk)
-            if size > limit:
-                raise Refused(502, RefusalReason.SIZE, f"the upstream reply exceeds the sidecar limit of {limit} bytes")
-            parts.append(chunk)
-        return b"".join(parts)
+        return await read_bounded(answer, self.settings.limits.max_reply_bytes)
 
     async def _timed(self, ex: Exchange, step: Awaitable[T]) -> T:
         started = time.perf_counter()
@@ -280,7 +284,7 @@ class ExchangeRunner:
 
     async def _relay(self, ex: Exchange, answer: UpstreamAnswer, agent: AgentPort) -> _Held:
         """Forward events as they arrive until the first tool call; hold from there."""
-        assembler = ex.dialect.assembler()
+        assembler = ex.model_dialect.assembler()
         parser = SSEParser()
         limit = self.settings.limits.max_held_stream_bytes
         held_bytes = 0
@@ -360,7 +364,7 @@ class _WholeDelivery:
         return await settling
 
     async def deliver(self, ex: Exchange, held: _Held, settlement: Settlement) -> None:
-        body = orjson.dumps(ex.dialect.write_reply(settlement.reply)) if settlement.changed else self.raw
+        body = orjson.dumps(ex.model_dialect.write_reply(settlement.reply)) if settlement.changed else self.raw
         extra = {REPAIR_HEADER: str(ex.repair_rounds)} if ex.repair_rounds else None
         await self.agent.respond(self.answer.status, body, self.answer, extra)
 
@@ -393,11 +397,11 @@ class _StreamDelivery:
         assembler = self.assembler
         if settlement.changed:
             # A stream keeps the id it announced first (the agent already has it).
-            shown = ex.dialect.response_id(held.reply)
-            if shown and ex.dialect.response_id(settlement.reply) != shown:
+            shown = ex.model_dialect.response_id(held.reply)
+            if shown and ex.model_dialect.response_id(settlement.reply) != shown:
                 settlement.reply.envelope["id"] = shown
             start = assembler.cut if assembler.cut is not None else len(held.reply.items)
-            tail = ex.dialect.render_tail(settlement.reply, start, assembler.tail)
+            tail = ex.model_dialect.render_tail(settlement.reply, start, assembler.tail)
             if ex.repair_rounds:
                 # Headers left long ago: say it the way clients ignore, an SSE comment.
                 tail = f": {REPAIR_HEADER}: {ex.repair_rounds}\n\n".encode() + tail
@@ -423,7 +427,7 @@ class _EndState:
 
     async def fail(self, agent: AgentPort, status: int, message: str, reason: str) -> None:
         self.outcome, self.status, self.reason = Outcome.FAILED, status, reason
-        error = orjson.dumps(self.ex.dialect.error_body(status, message))
+        error = orjson.dumps(self.ex.model_dialect.error_body(status, message))
         try:
             if self.streaming:
                 # A broken stream ends with the protocol's error event, so the SDK raises its

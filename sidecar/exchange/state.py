@@ -10,17 +10,17 @@ lives in a slot of its own, declared by that filter as an `ExchangeKey` (the way
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import orjson
 from multidict import CIMultiDict
 from yarl import URL
 
 from sidecar.dialects.base import Dialect
-from sidecar.model import Provider, RequestView, Session, SessionSource, ToolCall, Verdict
+from sidecar.model import CallPath, Provider, RequestView, Session, SessionSource, ToolCall, Verdict
 
 T = TypeVar("T")
 
@@ -46,6 +46,7 @@ class Action(StrEnum):
     NOT_RUN = "not_run"  # allowed, but another call of its turn was refused: re-issued together
     BLOCKED = "blocked"  # refused: removed from the reply and explained (no repair left)
     WITHDRAWN = "withdrawn"  # allowed, but could not be committed to the ledger: removed (fail closed)
+    REFUSED = "refused"  # refused: answered to the caller itself (MCP: a CallToolResult with isError)
 
 
 class Plan(StrEnum):
@@ -105,13 +106,59 @@ class ToolResultRecord:
     forwarded: str | None = None
 
 
+class Wire(Protocol):
+    """What the filters read of the protocol an exchange speaks: a model dialect
+    (`sidecar/dialects/`) or MCP (`sidecar/mcp/wire.py`). The model-path runner and enforcer
+    need the whole `Dialect` (`Exchange.model_dialect`); filters need only this."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def server_side_state(self) -> bool: ...
+
+    def hide_tools(self, body: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
+        """`body` without the tools the policy hides (a model request, an MCP `tools/list` result)."""
+        ...
+
+    def with_trace_context(self, body: dict[str, Any], carrier: dict[str, str]) -> dict[str, Any]:
+        """`body` carrying the trace context (`traceparent`) where the protocol puts it in the
+        body (MCP: `params._meta`); model dialects carry it in headers and return `body`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class McpFacts:
+    """What an MCP exchange is about: the configured server, the JSON-RPC request and revision."""
+
+    server: str
+    method: str  # tools/call, tools/list
+    request_id: str | int | None = None
+    protocol_version: str | None = None
+    target: str | None = None  # the tool a tools/call names
+    # The client's trace context from `params._meta` (traceparent, tracestate), if it sent one.
+    carrier: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierLeg:
+    """The model-path leg of a logical call that an MCP `tools/call` executes (docs/mcp.md, "One
+    logical call"): the call the model asked for and the agent received, judged there once."""
+
+    session: Session
+    call_id: str
+    tool: str
+    args_hash: str
+    delivered_at: float  # wall clock, when the call reached the agent
+
+
 @dataclass(slots=True)
 class Exchange:
     """One agent request to a parsed endpoint, and everything done on its behalf."""
 
     id: str
     provider: Provider
-    dialect: Dialect
+    dialect: Wire
     session: str  # the session id every filter keys its state by (see `session_source`)
     view: RequestView
     request: dict[str, Any]  # the body as it goes upstream (filters may edit it: hidden tools)
@@ -125,6 +172,11 @@ class Exchange:
     results: list[ToolResultRecord] = field(default_factory=list)
     # Where `session` came from (DESIGN.md sessions): header, conversation, thread, chain, user, derived.
     session_source: SessionSource = SessionSource.DERIVED
+    # MCP exchanges only: which server and request (None on the model path).
+    mcp: McpFacts | None = None
+    # Calls of this exchange that execute a call an earlier leg decided (call id -> that leg):
+    # their decision is reused, not taken again (see `Filter.decides_once`).
+    earlier: dict[str, EarlierLeg] = field(default_factory=dict)
     _slots: dict[ExchangeKey[Any], Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -135,6 +187,28 @@ class Exchange:
     def set_session(self, session: Session) -> None:
         """Id and source change together (the conversation filter refines the session)."""
         self.session, self.session_source = session.id, session.source
+
+    @property
+    def path(self) -> CallPath:
+        return CallPath.MCP if self.mcp is not None else CallPath.MODEL
+
+    def path_of(self, call_id: str) -> CallPath:
+        """The path that judged this call: the model path for an MCP execution of a call the
+        model path delivered (one logical call, counted once, where it was decided)."""
+        return CallPath.MODEL if call_id in self.earlier else self.path
+
+    @property
+    def declared_by(self) -> str:
+        """Who declared this exchange's tools, for the inventory and drift: the provider, or
+        `mcp:<server>` (two MCP servers may list tools of the same name)."""
+        return f"mcp:{self.mcp.server}" if self.mcp is not None else self.provider.value
+
+    @property
+    def model_dialect(self) -> Dialect:
+        """The model dialect of a model-path exchange (the runner, the enforcer, provider state)."""
+        if not isinstance(self.dialect, Dialect):
+            raise TypeError(f"exchange {self.id} speaks {self.dialect.name}, not a model dialect")
+        return self.dialect
 
     def get(self, key: ExchangeKey[T]) -> T | None:
         return cast("T | None", self._slots.get(key))
@@ -196,6 +270,11 @@ class CallCheck:
     # Refusals a filter decided but did not enforce (observe / shadow rollouts).
     observed: list[Verdict] = field(default_factory=list)
     action: Action = Action.ALLOWED
+
+    @property
+    def earlier(self) -> EarlierLeg | None:
+        """The leg that already decided this call (an MCP execution of a delivered model call)."""
+        return self.exchange.earlier.get(self.call.id) if self.exchange.earlier else None
 
     @property
     def refused(self) -> bool:

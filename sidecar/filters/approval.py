@@ -74,6 +74,9 @@ class ApprovalFilter(Filter):
     name = "approval"
     critical = True
     resolves = frozenset({VerdictKind.APPROVAL})
+    # An MCP execution of a call the model path delivered was approved (and the approval
+    # consumed) there: the one approval covers exactly that execution.
+    decides_once = True
 
     def __init__(self, service: ApprovalService) -> None:
         self.service = service

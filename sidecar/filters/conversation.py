@@ -92,7 +92,7 @@ class ProviderStateFilter(Filter):
             held.kind = HeldKind.CONVERSATION
             state = await self.continuations.get(conversation_key(view.conversation))
             if state is not None and state.withheld:
-                ex.request = ex.dialect.add_withheld_outputs(ex.request, state.withheld)
+                ex.request = ex.model_dialect.add_withheld_outputs(ex.request, state.withheld)
                 held.carried = True
         elif view.thread is not None:
             held.kind = HeldKind.THREAD
@@ -108,7 +108,7 @@ class ProviderStateFilter(Filter):
         found = await self.continuations.resolve(asked)
         held.root = found.root
         if found.outputs:
-            ex.request = ex.dialect.add_withheld_outputs(ex.request, found.outputs)
+            ex.request = ex.model_dialect.add_withheld_outputs(ex.request, found.outputs)
         return found
 
     async def _continue_thread(self, ex: Exchange, held: _Held, asked: str) -> None:
@@ -119,7 +119,7 @@ class ProviderStateFilter(Filter):
         created = await self.continuations.get(thread_key(found.root))
         if created is not None and created.tools is not None:
             # Checked against the thread's tools (a `continue` carries none).
-            ex.view.declarations = ex.dialect.declarations({"tools": created.tools})
+            ex.view.declarations = ex.model_dialect.declarations({"tools": created.tools})
         # The previous turn's calls are the thread's: its results are matched to them.
         ex.view.echoed_calls.extend(EchoedCall(c.id, c.tool, _arguments(c.arguments)) for c in found.calls)
         self._name_session(ex, SessionSource.THREAD, found.root)
@@ -173,7 +173,7 @@ class ProviderStateFilter(Filter):
 
     async def on_reply(self, ex: Exchange, reply: Reply) -> None:
         held = ex.setdefault(_HELD, _Held)
-        response_id = ex.dialect.response_id(reply)
+        response_id = ex.model_dialect.response_id(reply)
         if held.first is None:
             held.first = response_id
             thread = ex.view.thread
@@ -203,7 +203,7 @@ class ProviderStateFilter(Filter):
             if held.withheld and ex.view.conversation:
                 await self.continuations.put(conversation_key(ex.view.conversation), HeldState(withheld=held.withheld))
             return
-        shown = ex.dialect.response_id(reply)
+        shown = ex.model_dialect.response_id(reply)
         last = held.last or shown
         if not shown or not last:
             return

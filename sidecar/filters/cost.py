@@ -64,9 +64,12 @@ class CostFilter(Filter):
         self.metrics = metrics
 
     async def on_request(self, ex: Exchange) -> None:
-        if ex.dialect.history_at_provider(ex.request):
+        if ex.mcp is not None:
+            return  # tokens are a model's: an MCP request spends none
+        dialect = ex.model_dialect
+        if dialect.history_at_provider(ex.request):
             return
-        spans = ex.dialect.tool_spans(ex.request)
+        spans = dialect.tool_spans(ex.request)
         if not spans:
             return
         ledger = {r.call_id: r.tool for r in ex.results}
@@ -82,7 +85,7 @@ class CostFilter(Filter):
         )
 
     async def on_reply(self, ex: Exchange, reply: Reply) -> None:
-        usage = ex.dialect.usage(reply.envelope) if reply.complete else None
+        usage = ex.model_dialect.usage(reply.envelope) if reply.complete else None
         if usage is None:
             return
         spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
@@ -99,7 +102,7 @@ class CostFilter(Filter):
     ) -> None:
         if not reply.calls:
             return
-        dialect = ex.dialect
+        dialect = ex.model_dialect
         items = [
             Written(item.call.name if item.call else None, dialect.output_size(item), dialect.is_reasoning(item))
             for item in reply.items

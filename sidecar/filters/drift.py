@@ -30,6 +30,6 @@ class DriftFilter(Filter):
 
     async def on_request(self, ex: Exchange) -> None:
         if ex.view.declarations:
-            previous = self.watch.observe(ex.provider.value, ex.view.declarations)
+            previous = self.watch.observe(ex.declared_by, ex.view.declarations)
             if previous:
                 ex.put(_PREVIOUS, previous)

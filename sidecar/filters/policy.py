@@ -66,8 +66,14 @@ class PolicyPhase(Filter):
         return counts
 
     def input_base(self, ex: Exchange, phase: str, counts: Counts) -> dict[str, Any]:
+        """The fields every phase carries, with the path (`model` or `mcp`) and, on the MCP
+        path, which server and method (`input.mcp`)."""
         provider = ex.provider.value
-        return base_input(phase, provider, ex.view.model, self.agent, ex.session_info, counts, self.clock.now())
+        document = base_input(phase, provider, ex.view.model, self.agent, ex.session_info, counts, self.clock.now())
+        document["path"] = ex.path.value
+        if ex.mcp is not None:
+            document["mcp"] = {"server": ex.mcp.server, "method": ex.mcp.method}
+        return document
 
 
 def verdict_for(decision: Decision) -> Verdict | None:
@@ -109,6 +115,7 @@ class PolicyFilter(PolicyPhase):
 
     name = "policy"
     critical = True
+    decides_once = True
 
     async def on_call(self, check: CallCheck) -> Verdict | None:
         if self.mode == "off":
@@ -120,7 +127,8 @@ class PolicyFilter(PolicyPhase):
         except Exception as exc:  # an engine bug must not break the request: on_error decides
             log.exception("policy engine raised")
             decision = error_decision(self.on_error, f"{type(exc).__name__}: {exc}")
-        self.metrics.policy_decision(decision.outcome, self.engine.name, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.metrics.policy_decision(decision.outcome, self.engine.name, seconds, check.exchange.path.value)
         check.policy_reasons = decision.reasons
         effective, shadow_refused = apply_mode(decision, self.mode)
         if shadow_refused:
@@ -164,6 +172,9 @@ class PolicyFilter(PolicyPhase):
             "schema_hash": declaration.schema_hash if declaration is not None else "",
             "previous_schema_hash": previous_schema_hash(ex, call.name),
         }
+        if declaration is not None and declaration.annotations:
+            # MCP servers' hints (readOnlyHint, destructiveHint, idempotentHint, openWorldHint).
+            document["tool"]["annotations"] = declaration.annotations
         document["call"] = {
             "id": call.id,
             "args": call.arguments if call.arguments is not None else {},

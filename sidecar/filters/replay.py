@@ -151,6 +151,9 @@ class _Turn:
 
 
 _TURN: ExchangeKey[_Turn] = ExchangeKey("replay")
+# What a refused call became when the replay guard answered it: a repair round, a block, or
+# (MCP) the caller's own refusal result.
+_ANSWERED = (Action.REPAIR, Action.BLOCKED, Action.REFUSED)
 
 
 class ReplayFilter(Filter):
@@ -165,10 +168,6 @@ class ReplayFilter(Filter):
         self.traits = traits
         self.metrics = metrics
         self._fail_open_logged = 0.0
-
-    def _guards(self, tool: str) -> bool:
-        """Whether repeats of this tool are refused (side effects, not repeatable)."""
-        return self.traits.side_effects(tool) and not self.traits.repeatable(tool)
 
     async def look_up(self, check: CallCheck) -> None:
         call, session = check.call, check.exchange.session
@@ -190,15 +189,16 @@ class ReplayFilter(Filter):
         found = turn.found.get(id(check))
         if found is None:  # look_up did not run (cannot happen in a chain): judge as unavailable
             found = _Found(call_replay_key(check.exchange.session, call), unavailable="no ledger lookup")
+        ex = check.exchange
         if found.unavailable is not None:
-            return self._unavailable(call, found.unavailable)
+            return self._unavailable(ex, call, found.unavailable)
         side_effects = self.traits.side_effects(call.name)
         same = found.same_id
         if same is not None and same.replay_key != found.key:
             self.metrics.tool_result_anomaly(CALL_ID_REUSED, call.name)
             log.warning("model reused call id %s for a different %s call", call.id, call.name)
-        elif same is not None and side_effects:  # a transport retry of a delivered call
-            ex = check.exchange
+        elif same is not None and side_effects and check.earlier is None:  # a transport retry of a delivered call
+            # (An MCP execution of a delivered call carries that call's id: its own record, not a retry.)
             return replay_verdict(call, same, "already delivered under this call id", may_share(ex, same))
         guarded = side_effects and not self.traits.repeatable(call.name)
         first = found.first
@@ -209,7 +209,7 @@ class ReplayFilter(Filter):
             return in_turn_verdict(call, earlier)
         return None
 
-    def _unavailable(self, call: ToolCall, error: str) -> Verdict | None:
+    def _unavailable(self, ex: Exchange, call: ToolCall, error: str) -> Verdict | None:
         side_effects = self.traits.side_effects(call.name)
         if may_proceed_without_state(self.settings.state.on_unavailable, side_effects):
             if side_effects:
@@ -230,23 +230,26 @@ class ReplayFilter(Filter):
 
     async def on_checked(self, ex: Exchange, checks: list[CallCheck]) -> None:
         """Count replays by what happened: answered from the ledger, or let through."""
+        path = ex.path.value
         for check in checks:
             tool = check.call.name
-            if check.verdict.kind is VerdictKind.REPLAY and check.action in (Action.REPAIR, Action.BLOCKED):
-                self.metrics.replay(tool, "answered")
+            if check.verdict.kind is VerdictKind.REPLAY and check.action in _ANSWERED:
+                self.metrics.replay(tool, "answered", path)
                 found = ex.setdefault(_TURN, _Turn).found.get(id(check))
                 if found is not None and found.first is not None:
                     # A count, not a guarantee: the refusal stands either way.
                     with contextlib.suppress(StateUnavailable):
                         await self.store.note_replay(ex.session, found.key)
             elif check.replay.count and check.action in (Action.ALLOWED, Action.OBSERVED):
-                self.metrics.replay(tool, "allowed")  # its delivery adds to the count
+                self.metrics.replay(tool, "allowed", path)  # its delivery adds to the count
 
     async def on_deliver(self, ex: Exchange, calls: list[ToolCall]) -> None:
         """Insert, then deliver: a side-effecting call the ledger cannot record never goes out."""
         session = ex.session
         now = self.store.limits.clock()
         for call in calls:
+            if call.id in ex.earlier:
+                continue  # executes a call the model path recorded when it reached the agent: recorded once
             record = CallRecord(session, call.id, call.name, call.args_hash, call_replay_key(session, call), now)
             try:
                 await self.store.record_call(record)

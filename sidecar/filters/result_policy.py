@@ -53,7 +53,7 @@ from sidecar.inspection import (
     ResultRules,
 )
 from sidecar.inspection import secrets as secret_defaults
-from sidecar.model import ToolResult
+from sidecar.model import CallPath, ToolResult
 from sidecar.policy.engine import Decision, EmbeddedEngine, PolicyEngine, ResultAction
 from sidecar.policy.inputs import SessionCounter
 from sidecar.policy.loader import PolicyLoadError, read_bundle
@@ -166,7 +166,10 @@ class ResultPolicy(PolicyPhase):
         self.memo = ResultMemo(settings.results.remember)
 
     async def on_request(self, ex: Exchange) -> None:
-        results = ex.dialect.request_results(ex.request)
+        if ex.path is not CallPath.MODEL:
+            return
+        dialect = ex.model_dialect
+        results = dialect.request_results(ex.request)
         if not results:
             return
         records = _aligned(results, ex.results)
@@ -182,7 +185,17 @@ class ResultPolicy(PolicyPhase):
             if record is not None:
                 record.forwarded = result_text(contents[position])
         if contents:
-            ex.request = ex.dialect.replace_results(ex.request, contents)
+            ex.request = dialect.replace_results(ex.request, contents)
+
+    async def on_result(self, ex: Exchange, record: ToolResultRecord) -> None:
+        """MCP: a `tools/call` result on its way back to the agent is inspected and decided,
+        logged and counted with `applied: false`; what the model gets is decided, and applied,
+        when the agent sends the result in its next model request."""
+        if ex.path is not CallPath.MCP:
+            return
+        result = next((r for r in ex.view.results if r.call_id == record.call_id), None)
+        if result is not None:
+            await self.outcome(ex, result, record, record.tool or "", applies=False)
 
     def _rewritten(self, result: ToolResult, outcome: ResultOutcome, tool: str) -> Any:
         if outcome.action is ResultAction.REDACT and outcome.inspection is not None:
@@ -190,10 +203,11 @@ class ResultPolicy(PolicyPhase):
         return withheld_notice(tool, outcome.reasons)
 
     async def outcome(
-        self, ex: Exchange, result: ToolResult, record: ToolResultRecord | None, tool: str
+        self, ex: Exchange, result: ToolResult, record: ToolResultRecord | None, tool: str, applies: bool = True
     ) -> ResultOutcome:
         """The remembered outcome for this very result, or a fresh one (then remembered,
-        logged and counted). The record, when there is one, gets the anomalies."""
+        logged and counted; `applies`: the caller rewrites the result as it says). The record,
+        when there is one, gets the anomalies."""
         key = (ex.session, result.call_id, content_digest(result.content))
         remembered = self.memo.get(key)
         # A record with anomalies of its own that decision did not see (a duplicate of a result
@@ -205,7 +219,7 @@ class ResultPolicy(PolicyPhase):
         outcome = await self._fresh(ex, result, record, tool)
         if outcome.cause not in ("decision_failed", "inspection_failed"):  # those are tried again next time
             self.memo.put(key, outcome)
-        self._report(ex, result, record, tool, outcome)
+        self._report(ex, result, record, tool, outcome, applies)
         return outcome
 
     async def _fresh(
@@ -251,17 +265,23 @@ class ResultPolicy(PolicyPhase):
         if decision is None:  # nothing to say: not a decision, only timed
             self.metrics.policy_evaluation.labels(self.engine.name).observe(seconds)
             return None
-        self.metrics.policy_decision(decision.outcome, self.engine.name, seconds)
+        self.metrics.policy_decision(decision.outcome, self.engine.name, seconds, ex.path.value)
         return decision
 
     def _report(
-        self, ex: Exchange, result: ToolResult, record: ToolResultRecord | None, tool: str, outcome: ResultOutcome
+        self,
+        ex: Exchange,
+        result: ToolResult,
+        record: ToolResultRecord | None,
+        tool: str,
+        outcome: ResultOutcome,
+        applies: bool,
     ) -> None:
         """A fresh outcome that changes the result: one log line (names and sizes, never
         content) and, when applied, the per-tool counter."""
         if outcome.action is ResultAction.ALLOW and not outcome.reasons:
             return
-        applied = self.mode == "enforce" and outcome.action is not ResultAction.ALLOW
+        applied = applies and self.mode == "enforce" and outcome.action is not ResultAction.ALLOW
         log_event(
             "policy_result_decision",
             level=logging.INFO if outcome.action is ResultAction.ALLOW else logging.WARNING,

@@ -107,11 +107,17 @@ class ResultMatcher(Filter):
         self.clock = clock or store.limits.clock
 
     async def on_request(self, exchange: Exchange) -> None:
+        if exchange.view.results:
+            # When the request arrived (wall clock), not when this hook runs.
+            await self._match_all(exchange, self.clock() - (time.perf_counter() - exchange.started))
+
+    async def on_answered(self, exchange: Exchange) -> None:
+        """An MCP server's `tools/call` result: matched to its call as it arrives."""
+        if exchange.view.results:
+            await self._match_all(exchange, self.clock())
+
+    async def _match_all(self, exchange: Exchange, arrived: float) -> None:
         view = exchange.view
-        if not view.results:
-            return
-        # When the request arrived (wall clock), not when this hook runs.
-        arrived = self.clock() - (time.perf_counter() - exchange.started)
         echoed = {c.call_id: c.name for c in view.echoed_calls}
         # With `previous_response_id` or a conversation the calls live at the provider: absence
         # proves nothing. (A thread continuation's previous calls are restored as echoed calls.)
@@ -132,7 +138,7 @@ class ResultMatcher(Filter):
         seen: set[str],
         arrived: float,
     ) -> ToolResultRecord:
-        anomalies: list[str] = []
+        anomalies: list[str] = list(result.anomalies)
         duplicate = result.call_id in seen
         seen.add(result.call_id)
         if duplicate:

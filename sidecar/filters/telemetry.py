@@ -34,9 +34,9 @@ class TelemetryFilter(Filter):
 
     async def on_result(self, ex: Exchange, record: ToolResultRecord) -> None:
         if DUPLICATE_RESULT not in record.anomalies and not record.resent:
-            self.metrics.tool_result(
-                record.tool or "", "error" if record.outcome == "error" else "ok", record.latency_s
-            )
+            outcome = "error" if record.outcome == "error" else "ok"
+            path = ex.path_of(record.call_id).value
+            self.metrics.tool_result(record.tool or "", outcome, record.latency_s, path)
         for kind in record.anomalies:
             self.metrics.tool_result_anomaly(kind, record.tool)
 
@@ -51,11 +51,13 @@ class TelemetryFilter(Filter):
             )
 
     async def on_checked(self, ex: Exchange, checks: list[CallCheck]) -> None:
-        provider = ex.provider.value
+        provider, path = ex.provider.value, ex.path.value
         for position, check in enumerate(checks):
             await pause(position)
             call, verdict = check.call, check.verdict
-            self.metrics.tool_call(call.name, provider, verdict.kind.value)
+            if check.earlier is None or not verdict.allowed:
+                # The MCP execution of a call the model path delivered was counted there.
+                self.metrics.tool_call(call.name, provider, verdict.kind.value, path)
             if verdict.allowed:
                 # Refusals a shadow-mode policy only observed: logged so a rollout can be judged.
                 for observed in check.observed:
@@ -66,7 +68,7 @@ class TelemetryFilter(Filter):
             if check.action is Action.REPAIR:  # per-tool repair counts for /v1/status
                 ex.setdefault(_REPAIRED, set).add(call.name)
             for error in verdict.errors:
-                self.metrics.argument_rejection(call.name, error.kind)
+                self.metrics.argument_rejection(call.name, error.kind, path)
             self._log_refusal(ex, check, verdict, check.action.value)
 
     def _log_refusal(self, ex: Exchange, check: CallCheck, verdict: Verdict, action: str) -> None:

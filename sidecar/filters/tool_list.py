@@ -52,5 +52,5 @@ class ToolListFilter(PolicyPhase):
         exchange.view.declarations = {n: d for n, d in declared.items() if n in shown}
         exchange.hidden_tools.extend(hidden)
         for name in hidden:
-            self.metrics.tool_hidden(name)
+            self.metrics.tool_hidden(name, exchange.path.value)
         log_event("tools_hidden", log=log, session=exchange.session, tools=hidden, mode=self.mode, applied=True)

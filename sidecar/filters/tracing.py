@@ -8,8 +8,16 @@ versions called it `gen_ai.system`):
 - `repair_round {n}` (CLIENT): one per repair round the sidecar holds with the model, a child
   of the request span; the repair request upstream carries its context.
 - `execute_tool {tool}` (INTERNAL): one per tool call. A delivered call's span runs from the
-  moment the call reached the agent to the arrival of its result (the agent's next request);
+  moment the call reached the agent to the arrival of its result (the agent's next request,
+  or the MCP server's answer when the agent executes it through the sidecar's MCP path);
   a refused call's span is instantaneous and carries `error.type`.
+- `{mcp.method.name} {tool}` (CLIENT): one per MCP `tools/call` or `tools/list` the sidecar
+  checks, following the OpenTelemetry MCP conventions (`mcp.method.name`, `gen_ai.tool.name`,
+  `jsonrpc.request.id`, `mcp.protocol.version`, `error.type`, `tool_error` for a result with
+  `isError`). Its parent is the `execute_tool` span of the model-path call it executes, else
+  the client's `params._meta.traceparent`, else its `traceparent` header; the call goes to the
+  server with this span's context in `params._meta`. With OTLP metrics on, its duration is
+  recorded as `mcp.client.operation.duration`.
 
 Pending tool spans live in a bounded map; the oldest are ended as "abandoned" when it fills.
 Providers are private to the Sidecar (never the global ones) so several sidecars and tests in
@@ -43,7 +51,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from sidecar import __version__
 from sidecar.config import TelemetrySettings
 from sidecar.exchange.filters import Filter
-from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, RepairOutcome
+from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, McpFacts, Outcome, RepairOutcome
 from sidecar.model import Reply, ToolCall, VerdictKind
 from sidecar.telemetry.redact import redact, redact_text
 
@@ -65,6 +73,7 @@ DURATION_BUCKETS: tuple[float, ...] = (
     81.92,
 )
 TOOL_DURATION_METRIC = "gen_ai.execute_tool.duration"
+MCP_DURATION_METRIC = "mcp.client.operation.duration"
 MAX_PENDING = 10_000
 ABANDONED = "abandoned"
 
@@ -184,6 +193,7 @@ class TracingFilter(Filter):
 
         self.meter_provider: MeterProvider | None = None
         self.tool_duration: Histogram | None = None
+        self.mcp_duration: Histogram | None = None
         if metric_reader is None and settings.otlp_metrics and settings.otlp_endpoint:
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
@@ -197,6 +207,12 @@ class TracingFilter(Filter):
                 TOOL_DURATION_METRIC,
                 unit="s",
                 description="Duration of tool call executions.",
+                explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+            )
+            self.mcp_duration = meter.create_histogram(
+                MCP_DURATION_METRIC,
+                unit="s",
+                description="Duration of MCP requests the sidecar sent to a server, from the client's request on.",
                 explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
             )
         # call id -> (span, perf_counter at delivery, attributes for the duration metric)
@@ -280,6 +296,9 @@ class TracingFilter(Filter):
     # ---------------------------------------------------------------- hooks
 
     async def on_request(self, exchange: Exchange) -> None:
+        if exchange.mcp is not None:
+            self._start_mcp(exchange, exchange.mcp)
+            return
         parent = _propagator.extract(_HeaderGetter.carrier(exchange.headers))
         model = exchange.view.model or "unknown"
         attrs: dict[str, Any] = {
@@ -302,6 +321,66 @@ class TracingFilter(Filter):
         exchange.put(_TRACE, _State(span, ctx, token))
         self._inject(exchange, ctx)
         self._match_results(exchange)  # tool spans end inside the request that brings the result
+
+    def _start_mcp(self, exchange: Exchange, mcp: McpFacts) -> None:
+        """The MCP request span: a child of the model-path call it executes, if any."""
+        executes = next(iter(exchange.earlier), None)
+        pending = self._pending.get(executes) if executes is not None else None
+        if pending is not None:
+            parent = trace.set_span_in_context(pending[0])
+        else:
+            parent = _propagator.extract(dict(mcp.carrier) or _HeaderGetter.carrier(exchange.headers))
+        attrs: dict[str, Any] = {
+            "mcp.method.name": mcp.method,
+            "jsonrpc.protocol.version": "2.0",
+            "sidecar.mcp.server": mcp.server,
+            "sidecar.session.hash": _short_hash(exchange.session),
+        }
+        if mcp.request_id is not None:
+            attrs["jsonrpc.request.id"] = str(mcp.request_id)
+        if mcp.protocol_version:
+            attrs["mcp.protocol.version"] = mcp.protocol_version
+        if mcp.target is not None:
+            attrs["gen_ai.operation.name"] = "execute_tool"
+            attrs["gen_ai.tool.name"] = mcp.target
+        if executes is not None:
+            attrs["gen_ai.tool.call.id"] = executes
+        if exchange.url.host:
+            attrs["server.address"] = exchange.url.host
+        if exchange.url.port:
+            attrs["server.port"] = exchange.url.port
+        name = f"{mcp.method} {mcp.target}" if mcp.target else mcp.method
+        span = self.tracer.start_span(name, context=parent, kind=SpanKind.CLIENT, attributes=attrs)
+        ctx = trace.set_span_in_context(span, parent)
+        token = otel_context.attach(ctx)
+        exchange.put(_TRACE, _State(span, ctx, token))
+        carrier: dict[str, str] = {}
+        _propagator.inject(carrier, context=ctx)
+        exchange.request = exchange.dialect.with_trace_context(exchange.request, carrier)
+
+    def _mcp_checked(self, state: _State, checks: list[CallCheck]) -> None:
+        """The MCP span is the call's execute_tool span: a refusal marks it."""
+        for check in checks:
+            state.span.set_attributes(self._check_attributes(check))
+            kind = error_type(check)
+            if kind is not None and check.action is not Action.OBSERVED:
+                state.span.set_attribute("error.type", kind)
+                state.span.set_status(Status(StatusCode.ERROR, check.verdict.summary()[:200]))
+                state.errored = True
+
+    async def on_answered(self, exchange: Exchange) -> None:
+        """An MCP result: it ends the execute_tool span of the model-path call it executes."""
+        self._match_results(exchange)
+        state = self._state(exchange)
+        if state is None:
+            return
+        for result in exchange.view.results:
+            if result.is_error:
+                state.span.set_attribute("error.type", "tool_error")
+                state.span.set_status(Status(StatusCode.ERROR, "tool_error"))
+                state.errored = True
+            elif self.capture_content:
+                state.span.set_attribute("gen_ai.tool.call.result", _text(result.content))
 
     @staticmethod
     def _inject(exchange: Exchange, ctx: otel_context.Context) -> None:
@@ -334,6 +413,9 @@ class TracingFilter(Filter):
     async def on_checked(self, exchange: Exchange, checks: list[CallCheck]) -> None:
         state = self._state(exchange)
         if state is None:
+            return
+        if exchange.mcp is not None:
+            self._mcp_checked(state, checks)
             return
         # A new batch of checks closes the repair round whose reply they judged.
         if state.round_span is not None:
@@ -441,6 +523,9 @@ class TracingFilter(Filter):
         # A thread's first turn learns its session with the reply: the span says the final one.
         span.set_attribute("sidecar.session.hash", _short_hash(exchange.session))
         span.set_attribute("sidecar.session.source", exchange.session_source.value)
+        if exchange.mcp is not None:
+            self._end_mcp(exchange, exchange.mcp, state, end)
+            return
         span.set_attribute("sidecar.repair.rounds", exchange.repair_rounds)
         span.set_attribute("sidecar.overhead_ms", round(end.overhead_s * 1000, 3))
         if end.status >= 400 and not state.errored:
@@ -452,6 +537,26 @@ class TracingFilter(Filter):
         span.end()
         with contextlib.suppress(Exception):  # a foreign context: nothing to restore
             otel_context.detach(state.token)
+
+    def _end_mcp(self, exchange: Exchange, mcp: McpFacts, state: _State, end: End) -> None:
+        span = state.span
+        span.set_attribute("sidecar.overhead_ms", round(end.overhead_s * 1000, 3))
+        if end.outcome is Outcome.FAILED and not state.errored:
+            span.set_attribute("error.type", end.reason or str(end.status))
+            span.set_status(Status(StatusCode.ERROR, end.reason))
+        recorded = getattr(span, "attributes", None)  # the SDK span's attributes, before it ends
+        attrs: Mapping[str, Any] = recorded if isinstance(recorded, Mapping) else {}
+        span.end()
+        with contextlib.suppress(Exception):
+            otel_context.detach(state.token)
+        if self.mcp_duration is not None:
+            metric_attrs = {"mcp.method.name": mcp.method}
+            if mcp.target is not None:
+                metric_attrs["gen_ai.tool.name"] = mcp.target
+            failure = attrs.get("error.type")
+            if isinstance(failure, str):
+                metric_attrs["error.type"] = failure
+            self.mcp_duration.record(time.perf_counter() - exchange.started, metric_attrs)
 
 
 class _HeaderGetter:

@@ -12,6 +12,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 import aiohttp
 import orjson
@@ -39,7 +40,7 @@ class BodyTooLarge(Exception):
     pass
 
 
-class _Answer:
+class AiohttpAnswer:
     """An aiohttp upstream response as the runner's `UpstreamAnswer` (errors mapped)."""
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
@@ -68,7 +69,7 @@ class UpstreamChannel:
     async def open(self, ex: Exchange, body: bytes) -> AsyncIterator[UpstreamAnswer]:
         response = await self.upstreams.open("POST", ex.url, ex.headers, body)
         async with response:
-            yield _Answer(response)
+            yield AiohttpAnswer(response)
 
 
 class AiohttpAgent:
@@ -104,6 +105,29 @@ class AiohttpAgent:
         await self.response.write_eof()
 
 
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole request body, refused (BodyTooLarge) past `limit` bytes without reading more."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(_READ_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class McpPort(Protocol):
+    """The MCP path's transport (`sidecar/proxy/mcp.py`): it owns every `/mcp/…` path, so none
+    of them is ever taken for a model provider's."""
+
+    def claims(self, raw_path: str) -> bool: ...
+
+    async def handle(self, request: web.Request) -> web.StreamResponse: ...
+
+
 def error_response(dialect: Dialect, status: int, message: str) -> web.Response:
     body = orjson.dumps(dialect.error_body(status, message))
     return web.Response(body=body, status=status, content_type="application/json")
@@ -118,8 +142,10 @@ class ProxyHandler:
         refused: Callable[[RefusalReason, str, str], None],
         upstream_failed: Callable[[Provider, UpstreamError, str], None],
         passthrough: Callable[[Provider, str, str, str, int], None],
+        mcp: McpPort | None = None,
     ) -> None:
         self.settings = settings
+        self.mcp = mcp
         self.upstreams = upstreams
         self.runner = runner
         self._refused = refused
@@ -127,6 +153,8 @@ class ProxyHandler:
         self._passthrough_seen = passthrough
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self.mcp is not None and self.mcp.claims(request.rel_url.raw_path):
+            return await self.mcp.handle(request)
         route = resolve(request.method, request.rel_url.raw_path, request.headers)
         error_dialect = route.dialect or (ANTHROPIC if route.provider is Provider.ANTHROPIC else OPENAI_CHAT)
         try:
@@ -173,17 +201,7 @@ class ProxyHandler:
         return error_response(dialect, status, message)
 
     async def _read_body(self, request: web.Request) -> bytes:
-        limit = self.settings.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise BodyTooLarge
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := await request.content.read(_READ_CHUNK):
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return await read_body(request, self.settings.max_body_bytes)
 
     async def _passthrough(
         self, request: web.Request, route: Route, url: URL, headers: CIMultiDict[str], body: bytes

@@ -96,7 +96,39 @@ REPLAY_ACTIONS = frozenset({"allowed", "answered"})
 RESULT_ACTIONS = frozenset({"withheld", "redacted"})
 APPROVAL_OUTCOMES = ("approved", "denied", "expired")
 REPAIR_OUTCOMES = ("corrected", "abandoned", "exhausted")
-PROVIDERS = frozenset({"anthropic", "openai"})
+PROVIDERS = frozenset({"anthropic", "openai", "mcp"})
+# Which way a call travelled (the `path` label): asked for by a model, or sent as MCP tools/call.
+PATHS = ("model", "mcp")
+# MCP methods the sidecar names in `sidecar_mcp_operation_duration_seconds{method}` (else other).
+MCP_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+        "subscriptions/listen",
+        "tasks/get",
+        "tasks/result",
+        "tasks/list",
+        "tasks/cancel",
+    }
+)
+# error.type of an MCP operation: none, tool_error (a CallToolResult with isError), a refusal
+# by the sidecar (the verdict's), jsonrpc (a JSON-RPC error answer), http (an HTTP error status),
+# upstream (no answer).
+MCP_ERROR_TYPES = frozenset(
+    {"none", "tool_error", "reject", "deny", "approval", "replay", "jsonrpc", "http", "upstream", "refused"}
+)
 # Why a request or reply was refused as a whole (sidecar_requests_refused_total{reason}).
 REFUSAL_REASONS = frozenset(
     {"size", "depth", "encoding", "content_type", "status", "framing", "unsupported_path", "websocket", "limit"}
@@ -202,39 +234,39 @@ class Metrics:
         # --- contract (DESIGN.md) ---
         self.tool_calls = Counter(
             "sidecar_tool_calls",
-            "Tool calls made by the model, by guard verdict.",
-            ["tool", "provider", "verdict"],
+            "Tool calls judged, by guard verdict and path (a model's call, or an MCP tools/call).",
+            ["tool", "provider", "verdict", "path"],
             registry=r,
         )
         self.tool_call_duration = Histogram(
             "sidecar_tool_call_duration_seconds",
-            "Time from a tool call reaching the agent to its result arriving.",
-            ["tool", "outcome"],
+            "Time from a tool call reaching the agent (or its MCP server) to its result arriving.",
+            ["tool", "outcome", "path"],
             buckets=TOOL_BUCKETS,
             registry=r,
         )
         self.tool_results = Counter(
             "sidecar_tool_results",
-            "Tool results sent back by the agent.",
-            ["tool", "outcome"],
+            "Tool results sent back by the agent, or returned by an MCP server (path).",
+            ["tool", "outcome", "path"],
             registry=r,
         )
         self.tool_replays = Counter(
             "sidecar_tool_replays",
             "Repeated identical calls: allowed, or answered from ledger.",
-            ["tool", "action"],
+            ["tool", "action", "path"],
             registry=r,
         )
         self.argument_rejections = Counter(
             "sidecar_argument_rejections",
             "Argument lockdown failures, one per field problem.",
-            ["tool", "problem"],
+            ["tool", "problem", "path"],
             registry=r,
         )
         self.policy_decisions = Counter(
             "sidecar_policy_decisions",
             "Rego policy decisions.",
-            ["decision"],
+            ["decision", "path"],
             registry=r,
         )
         self.policy_evaluation = Histogram(
@@ -324,7 +356,7 @@ class Metrics:
         self.tools_hidden = Counter(
             "sidecar_tools_hidden",
             "Declared tools hidden from the model by the tool_list policy.",
-            ["tool"],
+            ["tool", "path"],
             registry=r,
         )
         self.tool_result_anomalies = Counter(
@@ -375,6 +407,15 @@ class Metrics:
             ["filter", "hook", "critical"],
             registry=r,
         )
+        self.mcp_operation_duration = Histogram(
+            "sidecar_mcp_operation_duration_seconds",
+            "MCP requests proxied to a configured server (mcp.client.operation.duration), by server, "
+            "method and error type (none when it succeeded).",
+            ["server", "method", "error_type"],
+            buckets=UPSTREAM_BUCKETS,
+            registry=r,
+        )
+        self._mcp_servers: frozenset[str] = frozenset()
         # --- approvers (docs/approvals.md) ---
         self.approval_decisions_refused = Counter(
             "sidecar_approval_decisions_refused",
@@ -409,7 +450,8 @@ class Metrics:
 
         # Zero series for small enumerations, so rate() and alerts work before the first event.
         for decision in DECISIONS:
-            self.policy_decisions.labels(decision)
+            for path in PATHS:
+                self.policy_decisions.labels(decision, path)
         for outcome in APPROVAL_OUTCOMES:
             self.approvals.labels(outcome)
         for outcome in REPAIR_OUTCOMES:
@@ -443,35 +485,36 @@ class Metrics:
 
     # ---------------------------------------------------------------- contract events
 
-    def tool_call(self, tool: str, provider: str, verdict: str) -> None:
+    def tool_call(self, tool: str, provider: str, verdict: str, path: str = "model") -> None:
         """A complete tool call was judged. verdict: allow, reject, deny, approval, replay."""
         label = self.tools.label(tool)
         verdict_label = _bounded(verdict, VERDICTS)
-        self._child(self.tool_calls, label, _bounded(provider, PROVIDERS), verdict_label).inc()
+        self._child(self.tool_calls, label, _bounded(provider, PROVIDERS), verdict_label, _path(path)).inc()
         with self._lock:
             verdicts = self._tool_stats(label).verdicts
             verdicts[verdict_label] = verdicts.get(verdict_label, 0) + 1
 
-    def argument_rejection(self, tool: str, problem: str) -> None:
+    def argument_rejection(self, tool: str, problem: str, path: str = "model") -> None:
         """One field failed lockdown. problem: a FieldError.kind."""
         label = self.tools.label(tool)
-        self._child(self.argument_rejections, label, _bounded(problem, PROBLEMS)).inc()
+        self._child(self.argument_rejections, label, _bounded(problem, PROBLEMS), _path(path)).inc()
         with self._lock:
             self._tool_stats(label).rejections += 1
 
-    def policy_decision(self, decision: str, engine: str, seconds: float | None = None) -> None:
+    def policy_decision(self, decision: str, engine: str, seconds: float | None = None, path: str = "model") -> None:
         """A policy evaluation finished. decision: allow, deny, approval, error."""
-        self._child(self.policy_decisions, _bounded(decision, DECISIONS, "error")).inc()
+        self._child(self.policy_decisions, _bounded(decision, DECISIONS, "error"), _path(path)).inc()
         if seconds is not None:
             self._child(self.policy_evaluation, _bounded(engine, ENGINES)).observe(seconds)
 
-    def tool_result(self, tool: str, outcome: str, seconds: float | None = None) -> None:
+    def tool_result(self, tool: str, outcome: str, seconds: float | None = None, path: str = "model") -> None:
         """A tool result arrived. outcome: ok or error; seconds None when the call is unknown."""
         label = self.tools.label(tool)
         outcome_label = _bounded(outcome, OUTCOMES, "error")
-        self._child(self.tool_results, label, outcome_label).inc()
+        path_label = _path(path)
+        self._child(self.tool_results, label, outcome_label, path_label).inc()
         if seconds is not None and seconds >= 0:
-            self._child(self.tool_call_duration, label, outcome_label).observe(seconds)
+            self._child(self.tool_call_duration, label, outcome_label, path_label).observe(seconds)
         with self._lock:
             stats = self._tool_stats(label)
             if outcome_label == "ok":
@@ -481,10 +524,10 @@ class Metrics:
             if seconds is not None and seconds >= 0:
                 stats.durations.append(seconds)
 
-    def replay(self, tool: str, action: str) -> None:
+    def replay(self, tool: str, action: str, path: str = "model") -> None:
         """An identical call was seen again. action: allowed or answered (from the ledger)."""
         label = self.tools.label(tool)
-        self._child(self.tool_replays, label, _bounded(action, REPLAY_ACTIONS)).inc()
+        self._child(self.tool_replays, label, _bounded(action, REPLAY_ACTIONS), _path(path)).inc()
         with self._lock:
             self._tool_stats(label).replays += 1
 
@@ -584,8 +627,21 @@ class Metrics:
         direction = _bounded(f"{before}_to_{after}", FLIP_DIRECTIONS)
         self._child(self.policy_flips, self.tools.label(tool), direction).inc()
 
-    def tool_hidden(self, tool: str) -> None:
-        self._child(self.tools_hidden, self.tools.label(tool)).inc()
+    def tool_hidden(self, tool: str, path: str = "model") -> None:
+        self._child(self.tools_hidden, self.tools.label(tool), _path(path)).inc()
+
+    def mcp_servers(self, names: Iterable[str]) -> None:
+        """The configured MCP server names: the only values the `server` label takes."""
+        self._mcp_servers = frozenset(name for name in names if len(name) <= _MAX_TOOL_NAME)
+
+    def mcp_operation(self, server: str, method: str, error_type: str, seconds: float) -> None:
+        """One MCP request proxied (or answered by the sidecar), from its arrival to its answer."""
+        self._child(
+            self.mcp_operation_duration,
+            _bounded(server, self._mcp_servers),
+            _bounded(method, MCP_METHODS),
+            _bounded(error_type, MCP_ERROR_TYPES),
+        ).observe(seconds)
 
     def tool_result_anomaly(self, kind: str, tool: str | None = None) -> None:
         """Anomaly kinds come from code, but cap them anyway (32 distinct, then other)."""
@@ -707,6 +763,10 @@ class _WithoutCreated:
         for metric in self._registry.collect():
             metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
             yield metric
+
+
+def _path(path: str) -> str:
+    return path if path in PATHS else "model"
 
 
 def _status(status: int | str | None) -> str:

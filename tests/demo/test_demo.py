@@ -7,10 +7,11 @@ import shlex
 
 from sidecar.demo.runner import ADMIN_TOKEN, play
 
+# The model scenes, plus the MCP scene (a refund and its replay, a denied reply) on the same tools.
 EXPECTED = {
-    "payments_refund": {"allow": 1, "replay": 1},
+    "payments_refund": {"allow": 2, "replay": 2},
     "support_tickets_search": {"allow": 2, "reject": 1},
-    "support_replies_send": {"allow": 1, "approval": 1, "deny": 1},
+    "support_replies_send": {"allow": 1, "approval": 1, "deny": 2},
 }
 
 
@@ -35,12 +36,12 @@ async def test_the_summary_from_v1_status_agrees_with_the_scenes():
     rows = {line.split("  ")[1].strip(): line.split()[-3:] for line in summary[2:8]}
     assert summary[1].split() == ["payments_refund", "support_replies_send", "support_tickets_search"]
     assert rows == {
-        "allowed": ["1", "1", "2"],
+        "allowed": ["2", "1", "2"],
         "refused: arguments": ["0", "0", "1"],
-        "denied by policy": ["0", "1", "0"],
+        "denied by policy": ["0", "2", "0"],
         "waiting for approval": ["0", "1", "0"],
-        "answered from the ledger": ["1", "0", "0"],
-        "calls": ["2", "3", "3"],
+        "answered from the ledger": ["2", "0", "0"],
+        "calls": ["4", "4", "3"],
     }
     assert "  These are exactly the verdicts and repair rounds the scenes above showed." in summary
 
@@ -75,6 +76,21 @@ async def test_the_approval_is_granted_through_the_real_cli_with_a_command_that_
     scene = next(s for s in _scenes(lines) if "Human approval" in s[0])
     after = scene[scene.index(f"  lead     $ {approve}") :]
     assert any(line.startswith("  sidecar  allowed: support_replies_send") for line in after)
+
+
+async def test_the_mcp_scene_gets_the_same_answers_from_the_same_policy():
+    lines, _ = await _play()
+    scene = next(s for s in _scenes(lines) if s[0].startswith("\n== 6. MCP"))
+    text = "\n".join(scene)
+    assert "hidden by the policy: internal_debug_dump" in text
+    said = [line.split(":")[0].strip() for line in scene if line.startswith("  sidecar  ")]
+    assert said == [
+        "sidecar  hidden by the policy",
+        "sidecar  allowed",
+        "sidecar  answered from the ledger",
+        "sidecar  denied by policy",
+    ]
+    assert sum("runs payments_refund" in line for line in scene) == 1  # the server ran the refund once
 
 
 async def test_the_demo_ends_with_what_to_do_next():

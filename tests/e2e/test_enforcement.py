@@ -213,5 +213,7 @@ async def test_failed_repair_round_blocks_and_reports_each_call_once(model, side
     assert [(r["tool"], r["action"]) for r in log] == [("support_tickets_search", "repair")]
     async with aiohttp.ClientSession() as session, session.get(sidecar.admin_url + "/metrics") as response:
         metrics = await response.text()
-    counted = 'sidecar_tool_calls_total{provider="anthropic",tool="support_tickets_search",verdict="reject"} 1.0'
+    counted = (
+        'sidecar_tool_calls_total{path="model",provider="anthropic",tool="support_tickets_search",verdict="reject"} 1.0'
+    )
     assert counted in metrics

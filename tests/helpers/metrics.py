@@ -16,6 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
+# The tool metrics carry `path` (model or mcp): a test that names no path reads the model path's.
+MODEL_PATH = {"path": "model"}
+
+
 @dataclass
 class Scrape:
     families: dict[str, Any]
@@ -24,10 +28,11 @@ class Scrape:
 
     def value(self, sample: str, default: float | None = None, **labels: str) -> float:
         """One sample's value. A missing series fails, unless `default` is given (a counter
-        never incremented); a missing family always fails."""
+        never incremented); a missing family always fails. Without a `path` label, the series of
+        a path-labelled metric is the model path's."""
         family = self._family_of(sample)
         for s in family.samples:
-            if s.name == sample and s.labels == labels:
+            if s.name == sample and (s.labels == labels or s.labels == {**MODEL_PATH, **labels}):
                 return float(s.value)
         if default is None:
             raise AssertionError(f"no series {sample}{labels} in /metrics")

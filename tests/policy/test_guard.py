@@ -67,6 +67,7 @@ async def test_input_document_follows_the_contract() -> None:
     assert document == {
         "version": 1,
         "phase": "tool_call",
+        "path": "model",  # a model's call (an MCP tools/call says "mcp", with input.mcp)
         "provider": "anthropic",
         "model": "claude-test",
         "agent": {"id": "agent-7", "namespace": "", "labels": {"team": "support"}},
@@ -134,7 +135,7 @@ async def test_approval_verdict_carries_the_request() -> None:
     assert check.approval_request == {"group": "finance-approvers", "ttl_s": 900}
     assert check.verdict.model_payload()["approval"] == {"group": "finance-approvers", "ttl_s": 900}
     assert check.policy_reasons == check.verdict.reasons
-    assert metrics.policy_decisions.labels("approval")._value.get() == 1
+    assert metrics.policy_decisions.labels("approval", "model")._value.get() == 1
 
 
 async def test_result_decisions_from_matched_records() -> None:
@@ -167,5 +168,8 @@ async def test_result_decisions_from_matched_records() -> None:
         ),
         "r4": ("allow", ["result of crm_export has anomaly unknown_call"]),
     }
-    count = metrics.policy_decisions.labels
-    assert (count("allow")._value.get(), count("deny")._value.get()) == (2, 1)  # r1 had nothing to say
+
+    def count(decision: str) -> float:
+        return float(metrics.policy_decisions.labels(decision, "model")._value.get())
+
+    assert (count("allow"), count("deny")) == (2, 1)  # r1 had nothing to say

@@ -6,12 +6,13 @@ from sidecar.telemetry.metrics import Metrics, ToolLabels, quantile
 
 # DESIGN.md "Metrics (contract)": exposed family name -> (type, labels)
 CONTRACT = {
-    "sidecar_tool_calls": ("counter", {"tool", "provider", "verdict"}),
-    "sidecar_tool_call_duration_seconds": ("histogram", {"tool", "outcome"}),
-    "sidecar_tool_results": ("counter", {"tool", "outcome"}),
-    "sidecar_tool_replays": ("counter", {"tool", "action"}),
-    "sidecar_argument_rejections": ("counter", {"tool", "problem"}),
-    "sidecar_policy_decisions": ("counter", {"decision"}),
+    # `path` (model or mcp): added with the MCP path; `sum by (tool)` queries read both.
+    "sidecar_tool_calls": ("counter", {"tool", "provider", "verdict", "path"}),
+    "sidecar_tool_call_duration_seconds": ("histogram", {"tool", "outcome", "path"}),
+    "sidecar_tool_results": ("counter", {"tool", "outcome", "path"}),
+    "sidecar_tool_replays": ("counter", {"tool", "action", "path"}),
+    "sidecar_argument_rejections": ("counter", {"tool", "problem", "path"}),
+    "sidecar_policy_decisions": ("counter", {"decision", "path"}),
     "sidecar_policy_evaluation_seconds": ("histogram", {"engine"}),
     "sidecar_approvals_pending": ("gauge", set()),
     "sidecar_approvals": ("counter", {"outcome"}),
@@ -70,7 +71,7 @@ def test_every_contract_metric_present_with_type_and_labels() -> None:
         if kind == "counter":
             assert f"\n{name}_total{{" in text or f"\n{name}_total " in text
     assert "_created" not in text
-    assert 'sidecar_tool_calls_total{provider="anthropic",tool="search",verdict="allow"} 1.0' in text
+    assert 'sidecar_tool_calls_total{path="model",provider="anthropic",tool="search",verdict="allow"} 1.0' in text
     assert 'sidecar_upstream_request_duration_seconds_count{provider="openai",status="error"}' in text
     assert 'sidecar_proxy_overhead_seconds_count{provider="anthropic",stream="true"} 1.0' in text
     assert "sidecar_approvals_pending 3.0" in text
@@ -79,7 +80,7 @@ def test_every_contract_metric_present_with_type_and_labels() -> None:
         "sidecar_rejection_log_dropped_total 1.0",
         "sidecar_admin_unauthorized_total 1.0",
         "sidecar_policy_reload_failures_total 1.0",
-        'sidecar_tools_hidden_total{tool="search"} 1.0',
+        'sidecar_tools_hidden_total{path="model",tool="search"} 1.0',
         'sidecar_tool_result_anomalies_total{kind="oversized_result",tool="search"} 1.0',
         'sidecar_tool_results_rewritten_total{action="withheld",tool="search"} 1.0',
     ):
@@ -92,9 +93,13 @@ def test_enumerated_labels_are_bounded() -> None:
     m.argument_rejection("x", "pattern-mismatch")
     m.policy_decision("maybe", "rego-wasm", 0.001)
     text = m.render(None)[0].decode()
-    assert 'sidecar_tool_calls_total{provider="other",tool="other",verdict="other"} 1.0' in text
-    assert 'sidecar_argument_rejections_total{problem="other",tool="other"} 1.0' in text
-    assert 'sidecar_policy_decisions_total{decision="error"} 1.0' in text
+    m.tool_call("x", "anthropic", "allow", path="carrier-pigeon")
+    assert 'sidecar_tool_calls_total{path="model",provider="other",tool="other",verdict="other"} 1.0' in text
+    assert 'sidecar_argument_rejections_total{path="model",problem="other",tool="other"} 1.0' in text
+    assert 'sidecar_policy_decisions_total{decision="error",path="model"} 1.0' in text
+    assert 'sidecar_policy_decisions_total{decision="deny",path="mcp"} 0.0' in text
+    text = m.render(None)[0].decode()
+    assert 'sidecar_tool_calls_total{path="model",provider="anthropic",tool="other",verdict="allow"} 1.0' in text
     assert 'sidecar_policy_evaluation_seconds_count{engine="other"} 1.0' in text
     # small enumerations are exported at zero before the first event
     assert 'sidecar_approvals_total{outcome="expired"} 0.0' in text
@@ -109,7 +114,7 @@ def test_buckets_fit_what_they_measure() -> None:
     text = m.render(None)[0].decode()
     assert 'sidecar_policy_evaluation_seconds_bucket{engine="embedded",le="1e-05"} 0.0' in text
     assert 'sidecar_policy_evaluation_seconds_bucket{engine="embedded",le="2.5e-05"} 1.0' in text
-    assert 'sidecar_tool_call_duration_seconds_bucket{le="600.0",outcome="ok",tool="other"} 1.0' in text
+    assert 'sidecar_tool_call_duration_seconds_bucket{le="600.0",outcome="ok",path="model",tool="other"} 1.0' in text
     assert 'le="5e-05",provider="openai",stream="false"} 0.0' in text
     assert 'le="0.0001",provider="openai",stream="false"} 1.0' in text
     assert 'sidecar_upstream_request_duration_seconds_bucket{le="600.0",provider="anthropic"' in text
