@@ -98,6 +98,7 @@ class Sidecar:
         # Untrusted tools, result size limits, injection markers: the same policy data, kept
         # current by reloads (with an OPA server: its files, read once).
         self.result_rules = result_rules(settings, self.policy)
+        self.result_policy = ResultPolicy(settings, self.policy, self.metrics, self.state, self.result_rules)
         # Human approvals live in the same store (see sidecar/approvals/__init__.py).
         self.approvals = ApprovalService(settings, self.state, self.metrics)
         # Traces only when an OTLP endpoint is configured: otherwise no filter, no cost.
@@ -160,7 +161,7 @@ class Sidecar:
             ResultMatcher(state),
             # Every result (history included) inspected and decided; withheld or redacted in the
             # request before it goes upstream, and before anyone sizes or remembers it (on_result).
-            ResultPolicy(s, self.policy, metrics, state, self.result_rules),
+            self.result_policy,
             # Tokens per tool (an estimate): after results, which names each result by its call.
             CostFilter(metrics),
             # Hidden tools leave the request before it goes upstream.
@@ -264,6 +265,7 @@ class Sidecar:
                 self.result_rules.update(self.policy.data)
             except MarkerError as exc:  # `policy check` refuses these: the previous markers stay
                 log_event("result_rules_reload", level=logging.ERROR, ok=False, error=str(exc))
+            self.result_policy.policy_reloaded()
         self.metrics.policy_reload(ok)
         log_event("policy_reload", level=logging.INFO if ok else logging.ERROR, ok=ok, error=error)
 

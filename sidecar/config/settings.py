@@ -187,6 +187,8 @@ class ResultSettings(_Section):
     # Decisions remembered per (session, call id, content), so a result the agent re-sends with
     # its history is rewritten again without another inspection or policy evaluation.
     remember: int = Field(10_000, ge=0)
+    # ... for this long at most: an OPA server's policy changes without the sidecar knowing.
+    remember_s: float = Field(600.0, gt=0)
     secret_keys: list[str] | None = None
     secret_keys_exact: list[str] | None = None
     secret_key_exclusions: list[str] | None = None

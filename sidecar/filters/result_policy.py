@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
-from cachetools import LRUCache
+from cachetools import TTLCache
 
 from sidecar.config import Settings
 from sidecar.config.settings import ResultSettings
@@ -131,12 +131,12 @@ class ResultOutcome:
 
 
 class ResultMemo:
-    """Outcomes by (session, call id, content digest), least recently used out first; a
-    redaction's spans count towards the bound."""
+    """Outcomes by (session, call id, content digest), for `ttl_s` at most, least recently used
+    out first (a redaction's spans count towards the bound); emptied when the policy reloads."""
 
-    def __init__(self, size: int) -> None:
-        self._cache: LRUCache[tuple[str, str, bytes], ResultOutcome] | None = (
-            LRUCache(maxsize=size, getsizeof=lambda o: o.weight) if size > 0 else None
+    def __init__(self, size: int, ttl_s: float) -> None:
+        self._cache: TTLCache[tuple[str, str, bytes], ResultOutcome] | None = (
+            TTLCache(maxsize=size, ttl=ttl_s, getsizeof=lambda o: o.weight) if size > 0 else None
         )
 
     def get(self, key: tuple[str, str, bytes]) -> ResultOutcome | None:
@@ -145,6 +145,10 @@ class ResultMemo:
     def put(self, key: tuple[str, str, bytes], outcome: ResultOutcome) -> None:
         if self._cache is not None and outcome.weight <= self._cache.maxsize:
             self._cache[key] = outcome
+
+    def clear(self) -> None:
+        if self._cache is not None:
+            self._cache.clear()
 
 
 class ResultPolicy(PolicyPhase):
@@ -163,7 +167,11 @@ class ResultPolicy(PolicyPhase):
         super().__init__(settings, engine, metrics, state)
         self.rules = rules or ResultRules()
         self.inspector = inspector or inspector_from_settings(settings.results)
-        self.memo = ResultMemo(settings.results.remember)
+        self.memo = ResultMemo(settings.results.remember, settings.results.remember_s)
+
+    def policy_reloaded(self) -> None:
+        """A new policy (or its data) is in force: decide every result again."""
+        self.memo.clear()
 
     async def on_request(self, ex: Exchange) -> None:
         if ex.path is not CallPath.MODEL:

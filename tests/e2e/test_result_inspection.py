@@ -322,3 +322,29 @@ async def test_a_failing_rewrite_refuses_the_request(start_sidecar, model, monke
     assert len(model.model_requests) == 1
     m = await scrape(sidecar.admin_url)
     assert m.value("sidecar_filter_errors_total", filter="policy_results", hook="on_request", critical="true") == 1
+
+
+async def test_a_policy_reload_decides_re_sent_results_again(start_sidecar, model, tmp_path):
+    """Remembered outcomes are dropped when the policy reloads: a result forwarded under the
+    old policy is withheld when the agent re-sends it under a stricter one."""
+    spec = policy(tmp_path, {"block_anomalies": []})
+    sidecar = await start_sidecar(policies=spec)
+    agent = AGENTS["chat"](sidecar.proxy_url, TOOLS, SESSION)
+    model.add_turns(
+        Turn(tool_calls=[ToolCallSpec("lookup", {"id": "db"})]),
+        Turn(tool_calls=[ToolCallSpec("lookup", {"id": "cache"})]),
+        Turn(text="ok"),
+    )
+    first = await agent.ask(stream=False)
+    agent.answer({first.call_ids[0]: SECRET_RESULT})
+    second = await agent.ask(stream=False)
+    assert AWS_KEY.encode() in model.model_requests[1].body  # only flagged under this policy
+    data_file = Path(spec) / "data.json"
+    data = json.loads(data_file.read_text())
+    data["sidecar"]["results"] = {"block_anomalies": ["secret_in_result"]}
+    data_file.write_text(json.dumps(data))
+    await sidecar.sidecar.policy.reload_now()
+    agent.answer({second.call_ids[0]: "cache is warm"})
+    await agent.ask(stream=False)
+    assert AWS_KEY.encode() not in model.model_requests[2].body
+    assert withheld([json.loads(c) for c in _contents("chat", model.model_requests[2].json)])
