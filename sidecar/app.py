@@ -30,6 +30,7 @@ from sidecar.filters.policy import PolicyFilter
 from sidecar.filters.replay import ReplayFilter
 from sidecar.filters.result_policy import ResultPolicy, result_rules
 from sidecar.filters.results import ResultMatcher
+from sidecar.filters.stored import StoredRepliesFilter
 from sidecar.filters.telemetry import TelemetryFilter
 from sidecar.filters.tool_list import ToolListFilter
 from sidecar.filters.tracing import tracing_from_settings
@@ -40,6 +41,7 @@ from sidecar.policy import EmbeddedEngine, build_engine
 from sidecar.policy.inputs import agent_identity
 from sidecar.policy.traits import ToolTraits, data_overlay
 from sidecar.proxy.handler import ProxyHandler, UpstreamChannel
+from sidecar.proxy.history import HistoryScreen
 from sidecar.proxy.mcp import McpHandler, UpstreamMcp
 from sidecar.proxy.upstream import Upstreams
 from sidecar.schemas.drift import DriftWatch
@@ -49,6 +51,7 @@ from sidecar.startup import PortBindError, PortPurpose, startup_fields
 from sidecar.state import StateUnavailable, build_store
 from sidecar.state.continuations import Continuations
 from sidecar.state.guarded import GuardedStore
+from sidecar.state.refused import RefusedCalls
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.loop_lag import LoopLagMonitor
 from sidecar.telemetry.metrics import Metrics
@@ -103,6 +106,8 @@ class Sidecar:
         self.approvals = ApprovalService(settings, self.state, self.metrics)
         # Traces only when an OTLP endpoint is configured: otherwise no filter, no cost.
         self.tracing = tracing_from_settings(settings.telemetry)
+        # Calls refused in responses the provider keeps: never handed out by a read-back.
+        self.refused_calls = RefusedCalls(self.state)
         # Model-path calls the MCP path may execute: one logical call across both (docs/mcp.md).
         self.legs = LegIndex(settings.mcp.correlation_window_s)
         self.filters = self._filters(Continuations(store=self.state))
@@ -123,6 +128,7 @@ class Sidecar:
             self._refused,
             self._upstream_failed,
             self._passthrough,
+            HistoryScreen(self.refused_calls),
             McpHandler(settings, self.mcp_runner, self.upstreams, self._refused),
         )
         self.health_checks: dict[str, HealthCheck] = {
@@ -168,6 +174,8 @@ class Sidecar:
             ToolListFilter(s, self.policy, metrics, state),
             # The call checks, in this order: the first refusal wins and later filters see the
             # earlier findings (the policy input carries validation, replay and approval facts).
+            # First: a call refused when its stored response was created stays refused.
+            StoredRepliesFilter(self.refused_calls),
             ArgumentsFilter(s),
             ReplayFilter(s, state, self.tool_traits, metrics),
             PolicyFilter(s, self.policy, metrics, state),

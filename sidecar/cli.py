@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from sidecar import __version__
@@ -67,13 +67,24 @@ def _run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     configure_logging(settings.telemetry.log_level)
     try:
-        asyncio.run(serve(settings))
+        run_loop(serve(settings))
     except OSError as exc:
         print(f"sidecar: cannot start: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """uvloop when it is installed (a faster event loop and socket transports, in C), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -85,10 +85,25 @@ def replace_paths(value: Any, replacements: dict[JsonPath, Any]) -> Any:
     return value
 
 
+class ToolKind(StrEnum):
+    """What kind of tool a declaration or a call is (the policy's `input.tool.kind`)."""
+
+    FUNCTION = "function"  # the agent's own tool, arguments per its JSON Schema
+    CUSTOM = "custom"  # the agent's own tool taking free text or a grammar (OpenAI custom tools)
+    PROVIDER_DEFINED = "provider_defined"  # defined by the provider, run by the agent (bash, computer, shell...)
+    SERVER = "server"  # run by the provider itself (web search, code interpreter, its MCP calls)
+
+    @property
+    def runs_on_client(self) -> bool:
+        return self is not ToolKind.SERVER
+
+
 @dataclass(frozen=True, slots=True)
 class ToolDeclaration:
-    """A client tool as declared in a request (`input_schema` / `parameters`), or listed by an
-    MCP server (`inputSchema`, with its `outputSchema` and `annotations` when it has them)."""
+    """A client tool as declared in a request (`input_schema` / `parameters`, or a provider
+    tool's `type`), or listed by an MCP server (`inputSchema`, with its `outputSchema` and
+    `annotations` when it has them). `has_schema`: lockdown applies (function tools, and any
+    tool declared with a JSON Schema); without one the policy decides alone."""
 
     name: str
     schema: dict[str, Any]
@@ -96,6 +111,8 @@ class ToolDeclaration:
     schema_hash: str = ""
     # Size of the schema's JSON: what compiling it costs (bounded caches, size limits).
     schema_bytes: int = 0
+    kind: ToolKind = ToolKind.FUNCTION
+    has_schema: bool = True
     # MCP only: the JSON Schema `structuredContent` must match, and the server's hints
     # (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`, `title`).
     output_schema: dict[str, Any] | None = None
@@ -109,12 +126,25 @@ class ToolDeclaration:
         description: str = "",
         output_schema: dict[str, Any] | None = None,
         annotations: dict[str, Any] | None = None,
+        *,
+        kind: ToolKind = ToolKind.FUNCTION,
     ) -> ToolDeclaration:
-        schema = schema if isinstance(schema, dict) else {"type": "object"}
+        has_schema = isinstance(schema, dict) or kind is ToolKind.FUNCTION
+        schema = schema if isinstance(schema, dict) else ({"type": "object"} if has_schema else {})
         output = output_schema if isinstance(output_schema, dict) else None
         hints = annotations if isinstance(annotations, dict) and annotations else None
         digest, size = schema_hash_and_size(schema)
-        return cls(name, schema, description or "", digest, size, output, hints)
+        return cls(
+            name,
+            schema,
+            description or "",
+            digest,
+            size,
+            kind=kind,
+            has_schema=has_schema,
+            output_schema=output,
+            annotations=hints,
+        )
 
 
 # Plain-serialisation digest -> canonical hash. Keys are 32-byte digests, so the memory is
@@ -163,6 +193,10 @@ class ToolCall:
 
     `arguments` is None when the raw arguments are not a JSON object; `parse_error` says why.
     `index` is the call's position among the tool calls of its message (0-based).
+    `kind`: what the wire says the call is (a server call is observed, never the agent's to
+    run). `item_type`: the wire item that carried it, so a dialect answers it in kind.
+    `repairable`: the protocol has an answer that carries the sidecar's error (a Responses
+    `computer_call` only takes a screenshot; a server call takes none): else a refusal blocks.
     """
 
     id: str
@@ -172,6 +206,9 @@ class ToolCall:
     index: int = 0
     parse_error: str | None = None
     truncated: bool = False
+    kind: ToolKind = ToolKind.FUNCTION
+    item_type: str = ""
+    repairable: bool = True
     _canonical: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -353,6 +390,9 @@ class RequestView:
     session_seed: str = ""
     previous_response_id: str | None = None
     store: bool = True
+    # Tools the provider runs itself (web_search, code_interpreter, mcp:<server>...): a server
+    # call is `declared` when its name is here.
+    server_tools: set[str] = field(default_factory=set)
     # The provider-held conversation the request belongs to: an OpenAI conversation id, or an
     # Anthropic message thread (create / continue from a message id).
     conversation: str | None = None
@@ -402,7 +442,13 @@ class Reply:
 
     @property
     def calls(self) -> list[ToolCall]:
+        """Every call of the reply, server calls included: all are checked."""
         return [item.call for item in self.items if item.call is not None]
+
+    @property
+    def client_calls(self) -> list[ToolCall]:
+        """The calls the agent runs: what is delivered, recorded and answered."""
+        return [item.call for item in self.items if item.call is not None and item.call.kind.runs_on_client]
 
     @property
     def first_call_position(self) -> int | None:

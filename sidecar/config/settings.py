@@ -207,6 +207,35 @@ class InventorySettings(_Section):
     max_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
 
+Unparsed = Literal["forward", "refuse"]
+
+
+class UnparsedSettings(_Section):
+    """Paths that can carry a model tool call but that no dialect parses (docs/coverage.md):
+    `refuse` (the default) answers a provider-shaped 403 naming what to use instead; `forward`
+    sends them upstream untouched, unchecked. One key per path class."""
+
+    assistants: Unparsed = "refuse"  # OpenAI Assistants: /v1/assistants, /v1/threads (runs carry tool calls)
+    batches: Unparsed = "refuse"  # /v1/batches, /v1/messages/batches (their results carry tool calls)
+    realtime: Unparsed = "refuse"  # OpenAI /v1/realtime, /v1/live (sessions carry function calls)
+    hosted_agents: Unparsed = "refuse"  # OpenAI /v1/agents, /v1/chatkit; Anthropic /v1/agents, /v1/sessions, ...
+    stored_completions: Unparsed = "refuse"  # GET/POST /v1/chat/completions/{id} and the stored list
+    unknown: Unparsed = "refuse"  # any path the coverage table does not know
+
+
+class CoverageSettings(_Section):
+    """What the sidecar does with each path (docs/coverage.md)."""
+
+    unparsed: UnparsedSettings = Field(default_factory=UnparsedSettings)
+    # GET /v1/responses/{id} (also ?stream=true&starting_after=N) and POST /v1/responses/{id}/cancel:
+    # `enforce` checks the stored response like a created one (refused calls removed, never a
+    # repair round: that would change the provider's stored state); `refuse` answers 403.
+    retrieve: Literal["enforce", "refuse"] = "enforce"
+    # `background: true` creates: `enforce` checks what the stream carries (refused calls removed,
+    # no repair round); `refuse` answers 403 (use a foreground request).
+    background: Literal["enforce", "refuse"] = "enforce"
+
+
 class TelemetrySettings(_Section):
     tool_label_cap: int = Field(200, ge=1)
     otlp_endpoint: str | None = None
@@ -301,6 +330,7 @@ class Settings(BaseSettings):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     inventory: InventorySettings = Field(default_factory=InventorySettings)
     results: ResultSettings = Field(default_factory=ResultSettings)
+    coverage: CoverageSettings = Field(default_factory=CoverageSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
     # Who the agent is, for the policy input (`input.agent`). Unset: the pod's POD_NAME /

@@ -1,7 +1,10 @@
 """Anthropic Messages API (`POST /v1/messages`).
 
-Content blocks are the items; `index` is a block's position in `content`. Client tools are
-`tool_use` blocks; server tools (`server_tool_use`, `*_tool_result`, `mcp_*`) pass untouched.
+Content blocks are the items; `index` is a block's position in `content`. Client calls are
+`tool_use` blocks, whether the tool is the agent's own (`input_schema`) or one Anthropic defines
+and the agent runs (`bash_*`, `text_editor_*`, `computer_*`, `memory_*`: declared by `type` and
+`name`, no schema). Server calls (`server_tool_use`, `mcp_tool_use`, any other `*_tool_use`)
+are observed and decided by the policy; their result blocks pass untouched.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from sidecar.model import (
     ThreadRef,
     TokenUsage,
     ToolCall,
+    ToolDeclaration,
+    ToolKind,
     ToolResult,
     ToolSpan,
 )
@@ -59,6 +64,26 @@ ERROR_TYPES = {
 }
 
 _PING = format_event(b'{"type": "ping"}', "ping")
+_STREAM_EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    }
+)
+
+
+# Tool types of the client tools Anthropic defines (the agent runs them): prefixes of `type`.
+_CLIENT_TOOL_TYPES = ("bash_", "text_editor_", "computer_", "memory_")
+
+
+def _is_server_block(kind: Any) -> bool:
+    return isinstance(kind, str) and kind != "tool_use" and kind.endswith("tool_use")
+
+
 # What a tool_use / tool_result block takes besides its id, name and payload.
 _CALL_FRAME = frame_length({"type": "tool_use", "id": "", "name": "", "input": None})
 _RESULT_FRAME = frame_length({"type": "tool_result", "tool_use_id": "", "content": None})
@@ -67,7 +92,7 @@ _REASONING = frozenset({"thinking", "redacted_thinking"})
 
 def _kind(block: dict[str, Any]) -> ItemKind:
     kind = block.get("type")
-    if kind == "tool_use":
+    if kind == "tool_use" or _is_server_block(kind):
         return ItemKind.CALL
     if kind == "text":
         return ItemKind.TEXT
@@ -75,23 +100,30 @@ def _kind(block: dict[str, Any]) -> ItemKind:
 
 
 def _call_from_block(block: dict[str, Any], ordinal: int) -> ToolCall:
+    kind = block.get("type")
     value = block.get("input")
+    call_id, name = str(block.get("id", "")), str(block.get("name", ""))
+    if kind == "tool_use":
+        tool_kind = ToolKind.FUNCTION
+    else:
+        tool_kind = ToolKind.SERVER
+        if kind == "mcp_tool_use":
+            name = f"mcp:{block.get('server_name', '')}"
+            value = {"tool": block.get("name"), "arguments": value}
     if isinstance(value, dict):
-        return ToolCall(str(block.get("id", "")), str(block.get("name", "")), value, compact(value), ordinal)
-    raw = compact(value)
-    return ToolCall(
-        str(block.get("id", "")),
-        str(block.get("name", "")),
-        None,
-        raw,
-        ordinal,
-        parse_error="input must be a JSON object",
-    )
+        call = ToolCall(call_id, name, value, compact(value), ordinal, kind=tool_kind)
+    else:
+        call = ToolCall(
+            call_id, name, None, compact(value), ordinal, parse_error="input must be a JSON object", kind=tool_kind
+        )
+    call.item_type = str(kind)
+    call.repairable = tool_kind.runs_on_client
+    return call
 
 
 def _stop_reason(reply: Reply) -> Any:
     reason = reply.envelope.get("stop_reason")
-    if reason == "tool_use" and not reply.calls:
+    if reason == "tool_use" and not reply.client_calls:
         return "end_turn"
     return reason
 
@@ -137,9 +169,53 @@ class AnthropicDialect(Dialect):
     # must continue from the message that holds what it was given.
     summary_keys = ("id", "stop_reason", "stop_sequence", "stop_details")
 
+    def client_tool_name(self, tool: Any) -> str | None:
+        """Tools with a schema (no `type`, or `custom`) and the client tools Anthropic defines."""
+        name = super().client_tool_name(tool)
+        if name is None and isinstance(tool, dict) and self._provider_defined(tool):
+            name = tool.get("name")
+            return name if isinstance(name, str) else None
+        return name
+
+    @staticmethod
+    def _provider_defined(tool: dict[str, Any]) -> bool:
+        """A client tool Anthropic defines (its `tool_use` calls are checked as declared). A
+        tool type the sidecar does not know counts as a server tool: a `tool_use` call of it
+        is undeclared, hence refused (fail closed)."""
+        kind = tool.get("type")
+        return isinstance(kind, str) and kind.startswith(_CLIENT_TOOL_TYPES)
+
+    def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
+        declared = super().declarations(body)
+        for tool in as_list(body.get("tools")):
+            if isinstance(tool, dict) and self._provider_defined(tool) and isinstance(tool.get("name"), str):
+                name = tool["name"]
+                declared[name] = ToolDeclaration.create(
+                    name, None, str(tool.get("description") or ""), kind=ToolKind.PROVIDER_DEFINED
+                )
+        return declared
+
+    def server_tools(self, body: dict[str, Any]) -> set[str]:
+        """Server tools by name (`web_search`...), MCP servers as `mcp:<name>`; a tool type the
+        sidecar does not know counts as a server tool (a `server_tool_use` of it is declared)."""
+        names: set[str] = set()
+        for tool in as_list(body.get("tools")):
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            if not isinstance(kind, str) or kind == "custom" or kind.startswith(_CLIENT_TOOL_TYPES):
+                continue
+            if kind.startswith("mcp_toolset"):
+                names.add(f"mcp:{tool.get('mcp_server_name', '')}")
+            elif isinstance(tool.get("name"), str):
+                names.add(tool["name"])
+        for server in as_list(body.get("mcp_servers")):
+            if isinstance(server, dict) and isinstance(server.get("name"), str):
+                names.add(f"mcp:{server['name']}")
+        return names
+
     def read_request(self, body: dict[str, Any]) -> RequestView:
         view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
         view.declarations = self.declarations(body)
+        view.server_tools = self.server_tools(body)
         view.thread = _thread(body.get("thread"))
         metadata = body.get("metadata")
         if isinstance(metadata, dict) and metadata.get("user_id"):
@@ -344,14 +420,21 @@ class _AnthropicStream(StreamAssembler):
         self._partials: dict[int, list[str]] = {}
         self._stopped: set[int] = set()
         self._ordinal = 0
+        self._started = False
 
     def apply(self, event: SSEEvent) -> tuple[int | None, bool]:
-        data = event_json(event)
-        kind = data.get("type") if isinstance(data, dict) else None
-        if event.event == "error" or kind == "error":
+        """The SDKs dispatch on the SSE event name and build the event from its data, append a
+        block at each `content_block_start` and address deltas by `index`: the sidecar reads
+        the stream the same way or refuses it (see `_framing`)."""
+        if event.event == "error":
             self.error = event
             return None, False
-        if not isinstance(data, dict):
+        data = self.json(event)
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind == "error":
+            self.error = event
+            return None, False
+        if not isinstance(data, dict) or kind == "ping" or self._framing(event, data, kind):
             return None, False
         if kind == "message_start":
             self.envelope = copy.deepcopy(as_dict(data.get("message")))
@@ -359,18 +442,19 @@ class _AnthropicStream(StreamAssembler):
         elif kind == "content_block_start":
             block = dict(as_dict(data.get("content_block")))
             position = len(self.items)
-            self._positions[as_index(data.get("index"), position)] = position
+            self._positions[position] = position
             item = Item(_kind(block), block)
             if item.kind is ItemKind.CALL:
-                item.call = ToolCall(str(block.get("id", "")), str(block.get("name", "")), None, "", self._ordinal)
+                item.call = _call_from_block({**block, "input": None}, self._ordinal)
+                item.call.arguments, item.call.raw_arguments, item.call.parse_error = None, "", None
                 self._ordinal += 1
             self.items.append(item)
             return position, item.kind is ItemKind.CALL
         elif kind in ("content_block_delta", "content_block_stop"):
-            found = self._positions.get(as_index(data.get("index")))
-            if found is not None and kind == "content_block_delta":
+            found = as_index(data.get("index"))
+            if kind == "content_block_delta":
                 self._delta(found, as_dict(data.get("delta")))
-            elif found is not None:
+            else:
                 self._stop(found)
             return found, False
         elif kind == "message_delta":
@@ -380,6 +464,33 @@ class _AnthropicStream(StreamAssembler):
         elif kind == "message_stop":
             self.finished = True
         return None, False
+
+    def _framing(self, event: SSEEvent, data: dict[str, Any], kind: Any) -> bool:
+        """Refuse what an SDK could read otherwise than the sidecar; True when refused."""
+        if not (isinstance(kind, str) and kind in _STREAM_EVENTS) and event.event not in _STREAM_EVENTS:
+            return False  # new event types may be added: clients ignore unknown ones
+        why = None
+        if event.event != kind:
+            why = f"a {kind} event under the SSE event name {event.event!r}"
+        elif self.finished:
+            why = f"a {kind} event after message_stop"
+        elif kind == "message_start":
+            if self._started:
+                why = "a second message_start"
+            elif as_list(as_dict(data.get("message")).get("content")):
+                why = "content carried in message_start (the SDK would keep it unchecked)"
+            self._started = True
+        elif not self._started:
+            why = f"a {kind} event before message_start"
+        elif kind == "content_block_start" and data.get("index") != len(self.items):
+            why = f"content_block_start at index {data.get('index')!r} where block {len(self.items)} is next"
+        elif kind in ("content_block_delta", "content_block_stop"):
+            index = as_index(data.get("index"))
+            if not 0 <= index < len(self.items) or index in self._stopped:
+                why = f"a {kind} for index {data.get('index')!r}, which is not an open block"
+        if why is not None:
+            self.refuse(why)
+        return why is not None
 
     def _delta(self, position: int, delta: dict[str, Any]) -> None:
         block = self.items[position].wire
@@ -406,8 +517,11 @@ class _AnthropicStream(StreamAssembler):
             arguments, raw = item.wire["input"], compact(item.wire["input"])
         item.wire["input"] = arguments if arguments is not None else {}
         if item.call is not None:
-            item.call.arguments, item.call.parse_error = arguments, error
-            item.call.raw_arguments = raw if raw.strip() else "{}"
+            rebuilt = _call_from_block(item.wire, item.call.index)  # server calls wrap their input
+            if arguments is None:
+                rebuilt.arguments, rebuilt.parse_error = None, error
+            rebuilt.raw_arguments = raw if raw.strip() else "{}"
+            item.call = rebuilt
 
     def finalize(self) -> None:
         for position, item in enumerate(self.items):

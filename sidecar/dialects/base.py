@@ -165,14 +165,37 @@ class StreamAssembler(ABC):
         self.tail = TailState()
         # Calls the dialect removed unchecked (see `Reply.removed_calls`).
         self.removed_calls = 0
+        # Framing the sidecar cannot read the way the SDK would: the reply is refused.
+        self.violation: str | None = None
+
+    def json(self, event: SSEEvent) -> Any:
+        """The event's data as JSON; None for events without data. Data the sidecar cannot
+        read (not JSON, nested too deep) is refused: an SDK might still read it."""
+        if not event.data.strip():
+            return None
+        try:
+            return loads(event.data)
+        except ValueError:
+            self.refuse("an event whose data the sidecar cannot read as JSON")
+            return None
+
+    def refuse(self, why: str) -> None:
+        """The stream is framed in a way an SDK could read otherwise than the sidecar (a reused
+        index, content where the protocol puts none...): nothing more of it is forwarded."""
+        if self.violation is None:
+            self.violation = why
 
     def feed(self, event: SSEEvent) -> bool:
-        """True: forward the event now. False: it is held (see `held`)."""
+        """True: forward the event now. False: it is held (see `held`), or refused (`violation`)."""
+        if self.violation is not None:
+            return False
         if self.error is not None:
             # After an error only the upstream's own ending passes (Responses sends
             # `response.failed`), and only when no call was held: it may list held items.
             return not self.holding
         position, starts_call = self.apply(event)
+        if self.violation is not None:
+            return False
         if self.error is not None:
             return True  # errors are forwarded at once; held calls are discarded
         if position is not None and position < len(self.items):
@@ -285,6 +308,20 @@ class Dialect(ABC):
     ) -> dict[str, Any]:
         """The next request on the agent's behalf: the conversation, the model's turn, and
         one tool result per call of that turn (outputs are in call order)."""
+
+    def server_tools(self, body: dict[str, Any]) -> set[str]:
+        """Names of the tools the provider runs itself, declared in a request (or echoed in a
+        stored response)."""
+        return set()
+
+    def sequence_number(self, event: Frame) -> int | None:
+        """The position a stream event announces (Responses `sequence_number`), if any."""
+        return None
+
+    def withheld_output(self, call: ToolCall, payload: dict[str, Any]) -> str | None:
+        """What answers a withheld call on the agent's next turn (None: no answer exists,
+        e.g. a server call, which the provider ran and answered itself)."""
+        return compact(payload) if call.kind.runs_on_client else None
 
     # -- tool results in a request (inspection: sidecar/filters/result_policy.py) -----------
     @abstractmethod

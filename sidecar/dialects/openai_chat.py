@@ -39,7 +39,6 @@ from sidecar.dialects.base import (
     as_index,
     as_list,
     compact,
-    event_json,
     frame_length,
     json_length,
     parse_arguments,
@@ -58,6 +57,7 @@ from sidecar.model import (
     TokenUsage,
     ToolCall,
     ToolDeclaration,
+    ToolKind,
     ToolResult,
     ToolSpan,
 )
@@ -106,7 +106,21 @@ def result_size(content: Any) -> int:
 
 def _call(wire: dict[str, Any], ordinal: int, envelope: dict[str, Any] | None = None) -> ToolCall:
     """The ToolCall of a CALL item's wire: a `tool_calls` entry, or a legacy `function_call`
-    (which has no id on the wire: `legacy_call_id` gives it one from the response)."""
+    (which has no id on the wire: `legacy_call_id` gives it one from the response). A custom
+    tool's call reads as `{"input": text}`; an entry of a type the sidecar does not know is a
+    call to a tool of that type (undeclared unless the request declares one: refused)."""
+    kind = wire.get("type")
+    if kind not in (None, "function") and _legacy(wire) is None:
+        body = as_dict(wire.get(str(kind)))
+        if kind == "custom":
+            text = body.get("input")
+            value: dict[str, Any] = {"input": text if isinstance(text, str) else compact(text)}
+            name, tool_kind = str(body.get("name", "")), ToolKind.CUSTOM
+        else:
+            value, name, tool_kind = body, str(body.get("name") or kind), ToolKind.PROVIDER_DEFINED
+        call = ToolCall(str(wire.get("id", "")), name, value, compact(value), ordinal, kind=tool_kind)
+        call.item_type = str(kind)
+        return call
     legacy = _legacy(wire)
     function = legacy if legacy is not None else as_dict(wire.get("function"))
     raw = function.get("arguments")
@@ -263,6 +277,11 @@ class OpenAIChatDialect(Dialect):
     def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
         """`tools`, then legacy `functions` (a name declared in both keeps its tool)."""
         declared = super().declarations(body)
+        for tool in as_list(body.get("tools")):
+            name = self.client_tool_name(tool)
+            if name is not None and tool.get("type") == "custom":
+                description = as_dict(tool.get("custom")).get("description")
+                declared[name] = ToolDeclaration.create(name, None, str(description or ""), kind=ToolKind.CUSTOM)
         for function in as_list(body.get("functions")):
             name = _function_name(function)
             if name is not None and name not in declared:
@@ -287,17 +306,21 @@ class OpenAIChatDialect(Dialect):
         return out
 
     def client_tool_name(self, tool: Any) -> str | None:
-        function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
-        return str(function["name"]) if isinstance(function, dict) and "name" in function else None
+        """`{"type": "function", "function": {...}}` and `{"type": "custom", "custom": {...}}`."""
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        spec = tool.get(kind) if isinstance(kind, str) and kind in ("function", "custom") else None
+        return str(spec["name"]) if isinstance(spec, dict) and "name" in spec else None
 
     def forced_tool(self, choice: Any) -> str | None:
-        function = choice.get("function") if isinstance(choice, dict) else None
-        name = function.get("name") if isinstance(function, dict) else None
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        spec = choice.get("custom" if kind == "custom" else "function") if isinstance(choice, dict) else None
+        name = spec.get("name") if isinstance(spec, dict) else None
         return name if isinstance(name, str) else None
 
     def tool_spec(self, tool: dict[str, Any]) -> tuple[Any, Any]:
-        function = tool["function"]
-        return function.get("parameters"), function.get("description")
+        spec = as_dict(tool.get("custom") if tool.get("type") == "custom" else tool["function"])
+        # A custom tool takes text or a grammar: no JSON Schema, the policy decides.
+        return (None if tool.get("type") == "custom" else spec.get("parameters")), spec.get("description")
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]
@@ -433,6 +456,8 @@ class OpenAIChatDialect(Dialect):
                 return self._chunk(tail, {LEGACY: fragment})
             ordinal = sum(1 for i in reply.items[:position] if i.kind is ItemKind.CALL)
             wire = item.wire
+            if wire.get("type") not in (None, "function"):
+                return self._chunk(tail, {"tool_calls": [{"index": ordinal, **wire}]})
             function = wire.get("function") or {}
             call = {
                 "index": ordinal,
@@ -492,10 +517,13 @@ class _ChatStream(StreamAssembler):
         self._other_text: set[Any] = set()  # choices ≥ 1 whose text has begun
 
     def apply(self, event: SSEEvent) -> tuple[int | None, bool]:
+        if self.finished and event.data.strip():
+            self.refuse("an event after data: [DONE] (clients stop there, or read on)")
+            return None, False
         if event.data.startswith("[DONE]"):
             self.finished = True
             return None, False
-        data = event_json(event)
+        data = self.json(event)
         if not isinstance(data, dict):
             return None, False
         if data.get("error"):
@@ -583,29 +611,41 @@ class _ChatStream(StreamAssembler):
         return others
 
     def _fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
+        """One `tool_calls` fragment. Clients join fragments differently (the OpenAI SDK joins
+        every string, others keep the first id and name): a later fragment that gives the name
+        or id again, or changes the type, is refused (framing)."""
         key = as_index(fragment.get("index"), len(self._calls))
-        function = as_dict(fragment.get("function"))
+        kind = "custom" if fragment.get("type") == "custom" or "custom" in fragment else "function"
+        spec = as_dict(fragment.get(kind))
+        text_key = "input" if kind == "custom" else "arguments"
         item = self._calls.get(key)
         new = item is None
         if item is None:
-            wire = {
-                "id": fragment.get("id") or "",
-                "type": "function",
-                "function": {"name": function.get("name") or "", "arguments": ""},
-            }
+            wire = {"id": fragment.get("id") or "", "type": kind, kind: {"name": spec.get("name") or "", text_key: ""}}
             item = Item(ItemKind.CALL, wire)
             self._calls[key] = item
             self.items.append(item)
         else:
-            # Compatible servers repeat id/name in later fragments: keep the first ones.
             wire = item.wire
-            if not wire["id"] and fragment.get("id"):
-                wire["id"] = fragment["id"]
-            if not wire["function"]["name"] and function.get("name"):
-                wire["function"]["name"] = function["name"]
-        if isinstance(function.get("arguments"), str):
-            self._partials.setdefault(key, []).append(function["arguments"])
+            if wire["type"] != kind or (fragment.get("type") not in (None, kind)):
+                self.refuse(f"tool call {key} changes its type in a later fragment")
+                return self.items.index(item), False
+            self._same(wire, "id", fragment.get("id"), key)
+            self._same(wire[kind], "name", spec.get("name"), key)
+        if isinstance(spec.get(text_key), str):
+            self._partials.setdefault(key, []).append(spec[text_key])
         return self.items.index(item), new
+
+    def _same(self, held: dict[str, Any], field: str, value: Any, key: int) -> None:
+        """A field given once. Given again, readings part: the OpenAI SDK joins the pieces
+        (`lookup` + `lookup` is `lookuplookup`, `read` + `_all` is `read_all`), other clients
+        keep the first; either could run a call the other reading did not check: refused."""
+        if not value:
+            return
+        if not held[field]:
+            held[field] = value
+        else:
+            self.refuse(f"tool call {key} gives its {field} again in a later fragment (split or repeated)")
 
     def _legacy_fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
         """A `delta.function_call` piece: the name comes first, the arguments in pieces."""
@@ -616,8 +656,8 @@ class _ChatStream(StreamAssembler):
             item = Item(ItemKind.CALL, {LEGACY: {"name": name if isinstance(name, str) else "", "arguments": ""}})
             self._legacy = item
             self.items.append(item)
-        elif not item.wire[LEGACY]["name"] and isinstance(name, str):
-            item.wire[LEGACY]["name"] = name
+        elif isinstance(name, str):
+            self._same(item.wire[LEGACY], "name", name, 0)
         if isinstance(fragment.get("arguments"), str):
             self._legacy_parts.append(fragment["arguments"])
         return self.items.index(item), new
@@ -637,7 +677,9 @@ class _ChatStream(StreamAssembler):
         self.removed_calls = sum(len(cut) for cut in self._removed.values())
         calls = [self._calls[k] for k in sorted(self._calls)]
         for item in calls:
-            item.wire["function"]["arguments"] = "".join(self._partials.get(self._key(item), []))
+            kind = item.wire["type"]
+            text_key = "input" if kind == "custom" else "arguments"
+            item.wire[kind][text_key] = "".join(self._partials.get(self._key(item), []))
         if self._legacy is not None:
             self._legacy.wire[LEGACY]["arguments"] = "".join(self._legacy_parts)
             calls.append(self._legacy)

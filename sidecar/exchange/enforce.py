@@ -99,7 +99,17 @@ class Enforcer:
         for check in checks:
             if check.verdict.allowed or let_through_observed(self.settings, check):
                 continue
-            if self.settings.mode_for(check.call.name) == "block" or self.settings.enforcement.max_repair_rounds == 0:
+            mode = self.settings.mode_for(check.call.name)
+            if mode == "observe":
+                check.observed.append(check.verdict)
+                check.action = Action.OBSERVED
+                continue
+            if (
+                mode == "block"
+                or self.settings.enforcement.max_repair_rounds == 0
+                or not check.call.repairable  # a server call already ran; a computer call takes no text
+                or not check.exchange.origin.repairs  # a stored or background response: no round
+            ):
                 return Plan.BLOCK
             plan = Plan.REPAIR
         return plan
@@ -112,7 +122,7 @@ class Enforcer:
         plan = self.plan(checks)
         if plan is Plan.PASS:
             await self.chain.checked(ex, checks)
-            return Settlement(reply, reply.rewritten, delivered=reply.calls, checks=checks)
+            return Settlement(reply, reply.rewritten, delivered=reply.client_calls, checks=checks)
         if plan is Plan.BLOCK:
             duplicates = _in_turn_duplicates(checks)
             if duplicates is not None:
@@ -150,7 +160,8 @@ class Enforcer:
                 check.action = Action.REPAIR if refused else Action.NOT_RUN
                 if refused:
                     refused_tools.add(check.call.name)
-                outputs.append((check.call, check.verdict.model_payload() if refused else NOT_RUN_PAYLOAD))
+                if check.call.kind.runs_on_client:  # the provider answered its own calls
+                    outputs.append((check.call, check.verdict.model_payload() if refused else NOT_RUN_PAYLOAD))
             await self.chain.checked(ex, checks)  # each check is reported once, as its round begins
             request = dialect.repair_request(request, current, outputs)
             try:
@@ -173,7 +184,7 @@ class Enforcer:
                 reissued = any(call.name in refused_tools for call in current.calls)
                 await self.chain.repaired(ex, RepairOutcome.CORRECTED if reissued else RepairOutcome.ABANDONED)
                 final = self._merge(ex, first, cut, current, spent)
-                return Settlement(final, True, round_number, current.calls, checks)
+                return Settlement(final, True, round_number, current.client_calls, checks)
             if plan is Plan.BLOCK:
                 break
         return await self._exhausted(ex, first, cut, current, spent, checks, reported=False)
@@ -219,9 +230,14 @@ class Enforcer:
         await self.chain.checked(ex, checks)
 
     def block(self, ex: Exchange, reply: Reply, checks: list[CallCheck], why: str | None = None) -> Reply:
-        """Remove every call of the turn and say why in text: no half-refused set."""
+        """Remove every call of the turn and say why in text: no half-refused set.
+
+        A refused server call already ran at the provider: its call, its results and all the
+        model wrote after it are withheld (they were written from that result)."""
         dialect = ex.model_dialect
-        items = [item for item in reply.items if item.kind is not ItemKind.CALL]
+        refused_server = {id(c.call) for c in checks if c.refused and not c.call.kind.runs_on_client}
+        end = next((n for n, item in enumerate(reply.items) if id(item.call) in refused_server), len(reply.items))
+        items = [item for item in reply.items[:end] if item.kind is not ItemKind.CALL]
         text = explanation(checks, why)
         items.append(dialect.text_item(SEPARATOR + text if dialect.has_text(items) else text))
         return Reply(reply.envelope, items, reply.complete)

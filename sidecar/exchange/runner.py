@@ -32,8 +32,8 @@ from sidecar.dialects.base import MAX_DEPTH, StreamAssembler, TooDeep, loads
 from sidecar.dialects.sse import SSEParser, format_event
 from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
 from sidecar.exchange.filters import FilterChain, FilterFailed
-from sidecar.exchange.state import End, Exchange, Outcome
-from sidecar.model import RefusalReason, Reply
+from sidecar.exchange.state import End, Exchange, Origin, Outcome
+from sidecar.model import Frame, RefusalReason, Reply
 from sidecar.telemetry.redact import redact_text
 
 log = logging.getLogger("sidecar.exchange")
@@ -131,6 +131,32 @@ def _is_sse(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
 
 
+def _check_stream_answer(ex: Exchange, status: int) -> None:
+    """An event stream is read only as the 200 answer to a streamed request: SDKs that asked
+    for a whole reply parse such a body anyway, and other 2xx statuses are not the API's."""
+    if 200 <= status < 300 and status != 200:
+        raise Refused(502, RefusalReason.STATUS, f"the upstream answered {status} with an event stream")
+    if status == 200 and not ex.view.stream:
+        message = "the upstream answered a request without stream: true with an event stream"
+        raise Refused(502, RefusalReason.CONTENT_TYPE, message)
+
+
+def _already_sent(ex: Exchange, event: Frame) -> bool:
+    """A resumed stream: the agent had this event from an earlier connection."""
+    if ex.resume_after is None:
+        return False
+    number = ex.model_dialect.sequence_number(event)
+    return number is not None and number <= ex.resume_after
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def json_object(body: bytes) -> dict[str, Any] | None:
     """The body as a JSON object; None for anything else. Raises TooDeep (see `loads`)."""
     try:
@@ -215,6 +241,8 @@ class ExchangeRunner:
             async with self.upstream.open(ex, ex.outgoing(original)) as answer:
                 ex.upstream_seconds += time.perf_counter() - sent
                 content_type = answer.headers.get("Content-Type", "")
+                if _is_sse(content_type):
+                    _check_stream_answer(ex, answer.status)
                 if answer.status == 200 and _is_sse(content_type):
                     end.stream = True
                     await agent.open_stream(answer)
@@ -252,6 +280,11 @@ class ExchangeRunner:
 
     async def _settle_and_deliver(self, ex: Exchange, held: _Held, delivery: _Delivery) -> None:
         """The shared tail: checks and repair rounds, commit, then the agent gets the reply."""
+        if ex.origin is Origin.RETRIEVE:
+            # A stored response echoes the tools it was created with: its calls are checked
+            # against those, as if it had just been created.
+            ex.view.declarations = ex.model_dialect.declarations(held.reply.envelope)
+            ex.view.server_tools = ex.model_dialect.server_tools(held.reply.envelope)
         await self.chain.reply(ex, held.reply)
         settlement = await delivery.while_waiting(self.enforcer.settle(ex, held.reply, held.cut))
         try:
@@ -265,12 +298,27 @@ class ExchangeRunner:
     # -- reading replies -------------------------------------------------------------------
 
     def _model_reply(self, ex: Exchange, status: int, content_type: str, raw: bytes) -> dict[str, Any] | None:
-        if status != 200 or not _is_json(content_type):
+        """The reply body to check; None for an error answer (passed as it came). A success the
+        sidecar cannot read the way an SDK would (another 2xx, another content type, bytes
+        that are not UTF-8 JSON) is refused: SDKs parse such bodies anyway."""
+        if not 200 <= status < 300:
             return None
+        if status != 200:
+            raise Refused(
+                502, RefusalReason.STATUS, f"the upstream answered {status}, a success the sidecar cannot vouch for"
+            )
+        if not _is_json(content_type):
+            message = f"the upstream answered a model request with Content-Type {content_type!r}"
+            raise Refused(502, RefusalReason.CONTENT_TYPE, message)
+        if not _utf8(raw):
+            raise Refused(502, RefusalReason.ENCODING, "the upstream reply is not valid UTF-8")
         try:
-            return json_object(raw)
+            parsed = json_object(raw)
         except TooDeep:
             raise Refused(502, RefusalReason.DEPTH, f"upstream reply nests deeper than {MAX_DEPTH} levels") from None
+        if parsed is None:
+            raise Refused(502, RefusalReason.FRAMING, "the upstream reply is not a JSON object")
+        return parsed
 
     async def _read_bounded(self, answer: UpstreamAnswer) -> bytes:
         return await read_bounded(answer, self.settings.limits.max_reply_bytes)
@@ -295,12 +343,20 @@ class ExchangeRunner:
                 # What arrived in one read goes out in one write: no event waits for another.
                 ready = []
                 for event in events:
+                    if not _utf8(event.raw):
+                        assembler.refuse("bytes that are not valid UTF-8")
                     if assembler.feed(event):
-                        ready.append(event.raw)
+                        if not _already_sent(ex, event):
+                            ready.append(event.raw)
+                    elif assembler.violation is not None:
+                        break
                     else:
                         held_bytes += len(event.raw)
                 if ready:
                     await agent.write(b"".join(ready))
+                if assembler.violation is not None:
+                    message = f"the upstream stream cannot be checked the way clients read it: {assembler.violation}"
+                    raise Refused(502, RefusalReason.FRAMING, message)
                 if held_bytes > limit:
                     raise Refused(502, RefusalReason.LIMIT, f"the held part of the stream exceeds {limit} bytes")
                 if not chunk:
@@ -407,7 +463,7 @@ class _StreamDelivery:
                 tail = f": {REPAIR_HEADER}: {ex.repair_rounds}\n\n".encode() + tail
             await self.agent.write(tail)
         else:
-            await self.agent.write(b"".join(event.raw for event in assembler.held))
+            await self.agent.write(b"".join(event.raw for event in assembler.held if not _already_sent(ex, event)))
         await self.agent.close_stream()
 
 

@@ -65,6 +65,20 @@ class RepairOutcome(StrEnum):
     EXHAUSTED = "exhausted"  # still refused after the last round (or the round failed): blocked
 
 
+class Origin(StrEnum):
+    """What kind of request the exchange answers (docs/coverage.md)."""
+
+    CREATE = "create"  # a model request: checked, repaired, delivered
+    BACKGROUND = "background"  # a `background: true` create: a repair round would run in the background too
+    RETRIEVE = "retrieve"  # a stored response read back: checked, never repaired (the store is the provider's)
+    HISTORY = "history"  # a listing of stored items: the calls the sidecar refused are removed
+
+    @property
+    def repairs(self) -> bool:
+        """Whether refused calls may be answered to the model in a repair round (else blocked)."""
+        return self is Origin.CREATE
+
+
 class Outcome(StrEnum):
     DONE = "done"  # the agent received a complete, checked response
     FAILED = "failed"  # the agent received an error (provider-shaped) or a cut stream
@@ -170,6 +184,11 @@ class Exchange:
     upstream_seconds: float = 0.0
     hidden_tools: list[str] = field(default_factory=list)
     results: list[ToolResultRecord] = field(default_factory=list)
+    method: str = "POST"
+    origin: Origin = Origin.CREATE
+    # A stream resumed (`?starting_after=N`): the stream is read from its start and the events
+    # the agent already has (sequence number <= N) are checked but not sent again.
+    resume_after: int | None = None
     # Where `session` came from (DESIGN.md sessions): header, conversation, thread, chain, user, derived.
     session_source: SessionSource = SessionSource.DERIVED
     # MCP exchanges only: which server and request (None on the model path).
@@ -225,7 +244,10 @@ class Exchange:
         return cast("T | None", self._slots.pop(key, None))
 
     def outgoing(self, original: dict[str, Any]) -> bytes:
-        """The bytes to send upstream: the agent's own unless a filter changed the body."""
+        """The bytes to send upstream: the agent's own unless a filter changed the body (a
+        read-back sends none)."""
+        if self.method != "POST":
+            return b""
         return self.body if self.request is original else orjson.dumps(self.request)
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.dialects.base import as_list, compact
+from sidecar.dialects.base import as_list
 from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import Action, CallCheck, Exchange, ExchangeKey
 from sidecar.identity import call_key, named
@@ -191,9 +191,13 @@ class ProviderStateFilter(Filter):
             return
         if not any(c.action in (Action.BLOCKED, Action.WITHDRAWN) for c in checks):
             return
-        held.withheld = {
-            c.call.id: compact(c.verdict.model_payload() if not c.verdict.allowed else NOT_RUN_PAYLOAD) for c in checks
-        }
+        withheld: dict[str, str] = {}
+        for c in checks:
+            payload = c.verdict.model_payload() if not c.verdict.allowed else NOT_RUN_PAYLOAD
+            answer = ex.model_dialect.withheld_output(c.call, payload)  # in kind; none for server calls
+            if answer is not None:
+                withheld[c.call.id] = answer
+        held.withheld = withheld
 
     async def on_delivered(self, ex: Exchange, reply: Reply, calls: list[ToolCall]) -> None:
         held = ex.get(_HELD)

@@ -100,11 +100,16 @@ class CostFilter(Filter):
     def _output(
         ex: Exchange, reply: Reply, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]
     ) -> None:
-        if not reply.calls:
+        if not reply.client_calls:
             return
         dialect = ex.model_dialect
+        # A server call's characters share the output like text: no tool of the agent's wrote them.
         items = [
-            Written(item.call.name if item.call else None, dialect.output_size(item), dialect.is_reasoning(item))
+            Written(
+                item.call.name if item.call and item.call.kind.runs_on_client else None,
+                dialect.output_size(item),
+                dialect.is_reasoning(item),
+            )
             for item in reply.items
         ]
         for item, tokens in zip(items, output_tokens(usage, items), strict=True):

@@ -145,7 +145,12 @@ class PolicyFilter(PolicyPhase):
             if decision.error is not None:
                 self._log(check, decision, "allowed_on_error")
             return None
-        if verdict.kind is VerdictKind.APPROVAL:
+        if verdict.kind is VerdictKind.APPROVAL and not check.call.kind.runs_on_client:
+            # A server call already ran at the provider: nobody can approve it first. Its
+            # result is withheld like any refused server call's.
+            reason = "it needs approval, but the provider already ran it, so its result is withheld"
+            verdict = Verdict(VerdictKind.DENY, "denied", reasons=[*verdict.reasons, reason], guard="policy")
+        elif verdict.kind is VerdictKind.APPROVAL:
             check.approval_request = decision.require_approval
         self._log(check, decision, "enforced")
         return verdict
@@ -163,13 +168,16 @@ class PolicyFilter(PolicyPhase):
             for tool, n in tally.by_tool.items():
                 by_tool[tool] = by_tool.get(tool, 0) + n
             total += sum(tally.by_tool.values())
-        declaration = ex.view.declarations.get(call.name)
+        server = not call.kind.runs_on_client
+        declaration = None if server else ex.view.declarations.get(call.name)
         validation = check.validation
         document = self.input_base(ex, "tool_call", (total, by_tool))
         document["tool"] = {
             "name": call.name,
-            "declared": declaration is not None,
-            "schema_hash": declaration.schema_hash if declaration is not None else "",
+            "declared": call.name in ex.view.server_tools if server else declaration is not None,
+            # function, custom, provider_defined (run by the agent) or server (run by the provider)
+            "kind": (declaration.kind if declaration is not None else call.kind).value,
+            "schema_hash": declaration.schema_hash if declaration is not None and declaration.has_schema else "",
             "previous_schema_hash": previous_schema_hash(ex, call.name),
         }
         if declaration is not None and declaration.annotations:

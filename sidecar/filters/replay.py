@@ -45,7 +45,7 @@ from typing import Any
 
 from sidecar.config import Settings
 from sidecar.exchange.filters import Filter
-from sidecar.exchange.state import Action, CallCheck, Exchange, ExchangeKey
+from sidecar.exchange.state import Action, CallCheck, Exchange, ExchangeKey, Origin
 from sidecar.identity import call_key
 from sidecar.model import SessionSource, ToolCall, Verdict, VerdictKind
 from sidecar.policy.traits import ToolTraits
@@ -148,6 +148,7 @@ class _Turn:
 
     found: dict[int, _Found] = field(default_factory=dict)  # id(check) -> facts
     firsts: dict[tuple[int, str], ToolCall] = field(default_factory=dict)  # (round, key) -> first call
+    redelivered: set[str] = field(default_factory=set)  # call ids a read-back hands out again
 
 
 _TURN: ExchangeKey[_Turn] = ExchangeKey("replay")
@@ -171,6 +172,8 @@ class ReplayFilter(Filter):
 
     async def look_up(self, check: CallCheck) -> None:
         call, session = check.call, check.exchange.session
+        if not call.kind.runs_on_client:
+            return  # a server call ran at the provider: nothing to run twice
         found = _Found(call_replay_key(session, call))
         check.exchange.setdefault(_TURN, _Turn).found[id(check)] = found
         try:
@@ -185,6 +188,8 @@ class ReplayFilter(Filter):
 
     async def on_call(self, check: CallCheck) -> Verdict | None:
         call = check.call
+        if not call.kind.runs_on_client:
+            return None
         turn = check.exchange.setdefault(_TURN, _Turn)
         found = turn.found.get(id(check))
         if found is None:  # look_up did not run (cannot happen in a chain): judge as unavailable
@@ -197,6 +202,10 @@ class ReplayFilter(Filter):
         if same is not None and same.replay_key != found.key:
             self.metrics.tool_result_anomaly(CALL_ID_REUSED, call.name)
             log.warning("model reused call id %s for a different %s call", call.id, call.name)
+        elif same is not None and check.exchange.origin is Origin.RETRIEVE:
+            # A stored response read back hands out the very call delivered before, not a new one.
+            turn.redelivered.add(call.id)
+            return None
         elif same is not None and side_effects and check.earlier is None:  # a transport retry of a delivered call
             # (An MCP execution of a delivered call carries that call's id: its own record, not a retry.)
             return replay_verdict(call, same, "already delivered under this call id", may_share(ex, same))
@@ -247,7 +256,10 @@ class ReplayFilter(Filter):
         """Insert, then deliver: a side-effecting call the ledger cannot record never goes out."""
         session = ex.session
         now = self.store.limits.clock()
+        again = ex.setdefault(_TURN, _Turn).redelivered
         for call in calls:
+            if call.id in again:
+                continue  # already in the ledger (with its result, if it came)
             if call.id in ex.earlier:
                 continue  # executes a call the model path recorded when it reached the agent: recorded once
             record = CallRecord(session, call.id, call.name, call.args_hash, call_replay_key(session, call), now)

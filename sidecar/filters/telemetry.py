@@ -31,6 +31,8 @@ class TelemetryFilter(Filter):
     async def on_request(self, ex: Exchange) -> None:
         for name in ex.view.declarations:
             self.metrics.declare_tool(name)
+        for name in ex.view.server_tools:  # server calls are counted by tool too
+            self.metrics.declare_tool(name)
 
     async def on_result(self, ex: Exchange, record: ToolResultRecord) -> None:
         if DUPLICATE_RESULT not in record.anomalies and not record.resent:

@@ -12,7 +12,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -21,15 +21,17 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from sidecar.config import Settings
-from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
 from sidecar.dialects.base import MAX_DEPTH, Dialect, TooDeep
 from sidecar.exchange.runner import ExchangeRunner, UpstreamAnswer, UpstreamError, json_object
-from sidecar.exchange.state import Exchange
+from sidecar.exchange.state import Exchange, Origin
 from sidecar.identity import session_id
-from sidecar.model import Provider, RefusalReason
+from sidecar.model import Provider, RefusalReason, RequestView
+from sidecar.proxy.coverage import WEBSOCKET_MESSAGE, Handling, refusal_message, refused
 from sidecar.proxy.headers import downstream_response_headers, upstream_request_headers
-from sidecar.proxy.routing import Route, path_class, resolve, upstream_url
+from sidecar.proxy.history import HistoryScreen, Unscreenable
+from sidecar.proxy.routing import Route, resolve, upstream_url
 from sidecar.proxy.upstream import Upstreams, upstream_error
+from sidecar.state import StateUnavailable
 
 log = logging.getLogger("sidecar.proxy")
 
@@ -38,6 +40,39 @@ _READ_CHUNK = 64 * 1024
 
 class BodyTooLarge(Exception):
     pass
+
+
+class _Unreadable(Exception):
+    """A request body on a parsed endpoint that the sidecar cannot read: refused, never forwarded."""
+
+    def __init__(self, reason: RefusalReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def _request_object(body: bytes) -> dict[str, Any]:
+    """The agent's body as a JSON object, or _Unreadable: what the sidecar cannot read, it
+    cannot check, and the provider might still read it (another decoder, another reading)."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Unreadable(
+            RefusalReason.ENCODING, f"the request body is not valid UTF-8 (byte {exc.start}): send UTF-8 JSON"
+        ) from None
+    try:
+        payload = json_object(body)
+    except TooDeep:
+        raise _Unreadable(RefusalReason.DEPTH, f"request JSON nests deeper than {MAX_DEPTH} levels") from None
+    if payload is None:
+        raise _Unreadable(RefusalReason.FRAMING, "the request body is not a JSON object: send the API's JSON body")
+    return payload
+
+
+def _is_websocket(request: web.Request) -> bool:
+    """An upgrade to WebSocket (RFC 6455: `Upgrade: websocket`, case-insensitive)."""
+    upgrade = request.headers.get("Upgrade", "")
+    return "websocket" in upgrade.lower()
 
 
 class AiohttpAnswer:
@@ -67,7 +102,7 @@ class UpstreamChannel:
 
     @asynccontextmanager
     async def open(self, ex: Exchange, body: bytes) -> AsyncIterator[UpstreamAnswer]:
-        response = await self.upstreams.open("POST", ex.url, ex.headers, body)
+        response = await self.upstreams.open(ex.method, ex.url, ex.headers, body)
         async with response:
             yield AiohttpAnswer(response)
 
@@ -142,9 +177,11 @@ class ProxyHandler:
         refused: Callable[[RefusalReason, str, str], None],
         upstream_failed: Callable[[Provider, UpstreamError, str], None],
         passthrough: Callable[[Provider, str, str, str, int], None],
+        history: HistoryScreen,
         mcp: McpPort | None = None,
     ) -> None:
         self.settings = settings
+        self.history = history
         self.mcp = mcp
         self.upstreams = upstreams
         self.runner = runner
@@ -156,7 +193,12 @@ class ProxyHandler:
         if self.mcp is not None and self.mcp.claims(request.rel_url.raw_path):
             return await self.mcp.handle(request)
         route = resolve(request.method, request.rel_url.raw_path, request.headers)
-        error_dialect = route.dialect or (ANTHROPIC if route.provider is Provider.ANTHROPIC else OPENAI_CHAT)
+        error_dialect = route.error_dialect
+        if _is_websocket(request):
+            return self._refuse(error_dialect, 400, RefusalReason.WEBSOCKET, WEBSOCKET_MESSAGE, route.path)
+        if refused(route.rule, self.settings.coverage):
+            message = refusal_message(route.rule, request.method, route.path)
+            return self._refuse(error_dialect, 403, RefusalReason.UNSUPPORTED_PATH, message, route.path)
         try:
             body = await self._read_body(request)
         except BodyTooLarge:
@@ -164,24 +206,49 @@ class ProxyHandler:
             return self._refuse(error_dialect, 413, RefusalReason.SIZE, message, route.path)
         url = upstream_url(self.upstreams.bases[route.provider], route.path, request.rel_url.raw_query_string)
         headers = upstream_request_headers(request.headers, drop=[self.settings.session_header])
-        try:
-            payload = json_object(body) if route.dialect is not None else None
-        except TooDeep:
-            # Valid JSON the sidecar could not check (nor write back): never forward it unchecked.
-            message = f"request JSON nests deeper than {MAX_DEPTH} levels"
-            return self._refuse(error_dialect, 400, RefusalReason.DEPTH, message, route.path)
-        if route.dialect is None or payload is None:
+        if route.handling in (Handling.FORWARD, Handling.UNPARSED):
             try:
                 return await self._passthrough(request, route, url, headers, body)
             except UpstreamError as exc:
                 self._upstream_failed(route.provider, exc, route.path)
                 return error_response(error_dialect, exc.status, exc.message)
-        view = route.dialect.read_request(payload)
+        if route.handling is Handling.RETRIEVE:
+            return await self._retrieve(request, route, url, headers)
+        if route.handling is Handling.HISTORY:
+            return await self._history(request, route, url, headers, body)
+        dialect = error_dialect
+        try:
+            payload = _request_object(body)
+        except _Unreadable as exc:
+            return self._refuse(dialect, 400, exc.reason, exc.message, route.path)
+        origin = Origin.BACKGROUND if payload.get("background") is True else Origin.CREATE
+        if origin is Origin.BACKGROUND and self.settings.coverage.background == "refuse":
+            message = (
+                "the sidecar refuses background responses (coverage.background: refuse): send the request "
+                "without background: true"
+            )
+            return self._refuse(dialect, 403, RefusalReason.UNSUPPORTED_PATH, message, route.path)
+        view = dialect.read_request(payload)
+        ex = self._exchange(route, dialect, request, view, payload, url, headers, body)
+        ex.origin = origin
+        return await self._run(ex, request)
+
+    def _exchange(
+        self,
+        route: Route,
+        dialect: Dialect,
+        request: web.Request,
+        view: RequestView,
+        payload: dict[str, Any],
+        url: URL,
+        headers: CIMultiDict[str],
+        body: bytes,
+    ) -> Exchange:
         session = session_id(request.headers, self.settings.session_header, view)
-        ex = Exchange(
+        return Exchange(
             id=secrets.token_hex(8),
             provider=route.provider,
-            dialect=route.dialect,
+            dialect=dialect,
             session=session.id,
             session_source=session.source,
             view=view,
@@ -189,12 +256,65 @@ class ProxyHandler:
             url=url,
             headers=headers,
             body=body,
+            method=request.method.upper(),
         )
+
+    async def _run(self, ex: Exchange, request: web.Request) -> web.StreamResponse:
         agent = AiohttpAgent(request)
         await self.runner.run(ex, agent)
         if agent.response is None:  # cannot happen: the runner always answers
-            return error_response(error_dialect, 502, "the sidecar produced no response")
+            return error_response(ex.model_dialect, 502, "the sidecar produced no response")
         return agent.response
+
+    async def _retrieve(
+        self, request: web.Request, route: Route, url: URL, headers: CIMultiDict[str]
+    ) -> web.StreamResponse:
+        """A stored response read back (GET /v1/responses/{id}, the stream resume, POST
+        …/cancel): checked like a created one, never repaired. A resumed stream is read from
+        its start, so every call is assembled whole; the events the agent has are not resent."""
+        dialect = route.error_dialect
+        view = RequestView(stream=request.query.get("stream") == "true")
+        ex = self._exchange(route, dialect, request, view, {}, url, headers, b"")
+        ex.origin = Origin.RETRIEVE
+        if view.stream and "starting_after" in request.query:
+            try:
+                ex.resume_after = int(request.query["starting_after"])
+            except ValueError:
+                message = "starting_after must be an integer (the sequence number of the last event received)"
+                return self._refuse(dialect, 400, RefusalReason.FRAMING, message, route.path)
+            query = [(k, v) for k, v in request.rel_url.query.items() if k != "starting_after"]
+            ex.url = url.with_query(query)
+        return await self._run(ex, request)
+
+    async def _history(
+        self, request: web.Request, route: Route, url: URL, headers: CIMultiDict[str], body: bytes
+    ) -> web.StreamResponse:
+        """A listing of stored items (input items, conversation items, a compaction): the
+        calls the sidecar refused are removed; everything else passes as it came."""
+        dialect = route.error_dialect
+        try:
+            upstream = await self.upstreams.open(request.method, url, headers, body)
+        except UpstreamError as exc:
+            self._upstream_failed(route.provider, exc, route.path)
+            return error_response(dialect, exc.status, exc.message)
+        async with upstream:
+            try:
+                raw = await upstream.read()
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                failure = upstream_error(exc, str(url.origin()))
+                self._upstream_failed(route.provider, failure, route.path)
+                return error_response(dialect, failure.status, failure.message)
+            status, reason, answer_headers = upstream.status, upstream.reason, upstream.headers
+        self._passthrough_seen(route.provider, request.method, route.path, "history", status)
+        if status == 200:
+            try:
+                raw = await self.history.screen(raw)
+            except Unscreenable as exc:
+                return self._refuse(dialect, 502, exc.reason, exc.message, route.path)
+            except StateUnavailable:
+                message = "the sidecar cannot reach its state backend to screen this listing; try again later"
+                return error_response(dialect, 503, message)
+        return web.Response(body=raw, status=status, reason=reason, headers=downstream_response_headers(answer_headers))
 
     def _refuse(self, dialect: Dialect, status: int, reason: RefusalReason, message: str, path: str) -> web.Response:
         self._refused(reason, path, message)
@@ -208,7 +328,8 @@ class ProxyHandler:
     ) -> web.StreamResponse:
         """Forwarded untouched: the path cannot carry a tool call (see docs/coverage.md)."""
         upstream = await self.upstreams.open(request.method, url, headers, body)
-        self._passthrough_seen(route.provider, request.method, route.path, path_class(route.path), upstream.status)
+        path_class = route.rule.path_class.value
+        self._passthrough_seen(route.provider, request.method, route.path, path_class, upstream.status)
         async with upstream:
             downstream = web.StreamResponse(
                 status=upstream.status,

@@ -20,27 +20,19 @@ from urllib.parse import unquote
 
 from yarl import URL
 
-from sidecar.dialects import BY_PATH, Dialect
+from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Dialect
 from sidecar.model import Provider
+from sidecar.proxy.coverage import Handling, PathClass, Rule, rule_for
 
-_ANTHROPIC_ONLY = ("/v1/messages", "/v1/complete")
-_OPENAI_ONLY = (
-    "/v1/chat/",
-    "/v1/responses",
-    "/v1/embeddings",
-    "/v1/completions",
-    "/v1/audio/",
-    "/v1/images/",
-    "/v1/moderations",
-    "/v1/assistants",
-    "/v1/threads",
-    "/v1/vector_stores",
-    "/v1/fine_tuning/",
-    "/v1/uploads",
-    "/v1/realtime",
-    "/v1/conversations",
-    "/v1/containers",
-)
+# The dialect that reads each enforced shape (and the stored Responses objects read back).
+_DIALECTS: dict[PathClass, Dialect] = {
+    PathClass.MESSAGES: ANTHROPIC,
+    PathClass.CHAT: OPENAI_CHAT,
+    PathClass.RESPONSES: OPENAI_RESPONSES,
+    PathClass.RESPONSES_RETRIEVE: OPENAI_RESPONSES,
+    PathClass.HISTORY: OPENAI_RESPONSES,
+}
+
 _PREFIXES = {"/anthropic": Provider.ANTHROPIC, "/openai": Provider.OPENAI}
 # Headers only the Anthropic SDK sends: they decide paths both providers serve (/v1/models).
 _ANTHROPIC_HEADERS = frozenset({"anthropic-version", "x-api-key"})
@@ -50,9 +42,25 @@ _UNRESERVED_ESCAPE = re.compile(r"%(2[DdEe]|3[0-9]|[46][1-9A-Fa-f]|[57][0-9Aa]|5
 
 @dataclass(frozen=True, slots=True)
 class Route:
+    """Where a request goes (`provider`: the upstream) and what the sidecar does with it
+    (`rule`: its row of the coverage table; `dialect`: the protocol the client speaks, which
+    reads the body and shapes every error, whatever the upstream)."""
+
     provider: Provider
     path: str  # canonical, percent-encoded path as the provider knows it (no /anthropic or /openai)
     dialect: Dialect | None
+    rule: Rule
+
+    @property
+    def handling(self) -> Handling:
+        return self.rule.handling
+
+    @property
+    def error_dialect(self) -> Dialect:
+        """Errors in the shape the client's SDK raises its normal API error for."""
+        if self.dialect is not None:
+            return self.dialect
+        return ANTHROPIC if self.provider is Provider.ANTHROPIC else OPENAI_CHAT
 
 
 def _remove_dot_segments(path: str) -> str:
@@ -91,29 +99,22 @@ def _names_anthropic(headers: Mapping[str, str]) -> bool:
 
 
 def resolve(method: str, raw_path: str, headers: Mapping[str, str]) -> Route:
-    """Route a request by its raw (as received, percent-encoded) path and its headers."""
+    """Route a request by its raw (as received, percent-encoded) path and its headers.
+
+    The path's shape picks the row of the coverage table (and so the dialect); the sidecar's
+    own prefix (`/anthropic`, `/openai`) picks the upstream, else the row's provider, else the
+    SDK's headers on paths both providers serve."""
     path = canonical_path(raw_path)
+    chosen: Provider | None = None
     for prefix, provider in _PREFIXES.items():
         if path == prefix or path.startswith(prefix + "/"):
-            rest = path[len(prefix) :] or "/"
-            return Route(provider, rest, _dialect(method, _decision_path(rest), provider))
-    decided = _decision_path(path)
-    if _matches(decided, _ANTHROPIC_ONLY):
-        provider = Provider.ANTHROPIC
-    elif _matches(decided, _OPENAI_ONLY):
-        provider = Provider.OPENAI
-    elif _names_anthropic(headers):
-        provider = Provider.ANTHROPIC
-    else:
-        provider = Provider.OPENAI
-    return Route(provider, path, _dialect(method, decided, provider))
-
-
-def _dialect(method: str, path: str, provider: Provider) -> Dialect | None:
-    dialect = BY_PATH.get(path.rstrip("/"))
-    if method.upper() != "POST" or dialect is None or dialect.provider is not provider:
-        return None
-    return dialect
+            chosen, path = provider, path[len(prefix) :] or "/"
+            break
+    rule = rule_for(method, _decision_path(path))
+    if chosen is None:
+        chosen = rule.provider or (Provider.ANTHROPIC if _names_anthropic(headers) else Provider.OPENAI)
+    dialect = _DIALECTS.get(rule.path_class) if rule.handling is not Handling.FORWARD else None
+    return Route(chosen, path, dialect, rule)
 
 
 def upstream_url(base: URL, path: str, raw_query: str) -> URL:
@@ -125,23 +126,3 @@ def upstream_url(base: URL, path: str, raw_query: str) -> URL:
     return URL.build(
         scheme=base.scheme, authority=base.raw_authority, path=joined, query_string=raw_query, encoded=True
     )
-
-
-# Untouched paths by what they serve, for sidecar_passthrough_requests_total{path_class}.
-_PATH_CLASSES = (
-    ("/v1/messages/count_tokens", "count_tokens"),
-    ("/v1/models", "models"),
-    ("/v1/files", "files"),
-    ("/v1/messages/batches", "batches"),
-    ("/v1/batches", "batches"),
-    ("/v1/embeddings", "embeddings"),
-    ("/v1/moderations", "moderations"),
-    ("/v1/audio/", "audio"),
-    ("/v1/images/", "images"),
-)
-
-
-def path_class(path: str) -> str:
-    """The class of an untouched path (a small, fixed set of label values; else `other`)."""
-    decided = _decision_path(path)
-    return next((name for prefix, name in _PATH_CLASSES if _matches(decided, (prefix,))), "other")

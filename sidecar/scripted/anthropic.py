@@ -235,7 +235,7 @@ class AnthropicFormat(WireFormat):
             return reply.stop_reason
         if reply.truncated:
             return "max_tokens"
-        return "tool_use" if reply.calls else "end_turn"
+        return "tool_use" if any(not _server(p) for p in reply.calls) else "end_turn"
 
     def _usage(self, reply: Reply, output_tokens: int) -> dict[str, Any]:
         return {
@@ -281,6 +281,8 @@ class AnthropicFormat(WireFormat):
             return {"type": "thinking", "thinking": "", "signature": ""}
         if part.kind == "text":
             return {"type": "text", "text": ""}
+        if _server(part):
+            return {"type": "server_tool_use", "id": "srvtoolu_01" + part.call_id[8:], "name": part.name, "input": {}}
         return {"type": "tool_use", "id": part.call_id, "name": part.name, "input": {}, "caller": {"type": "direct"}}
 
     def open_part(self, reply: Reply, part: Part, index: int) -> list[Event]:
@@ -336,6 +338,9 @@ class AnthropicFormat(WireFormat):
             return {"type": "thinking", "thinking": part.text, "signature": part.signature}
         if part.kind == "text":
             return {"type": "text", "text": part.text}
+        if _server(part):
+            block_id = "srvtoolu_01" + part.call_id[8:]
+            return {"type": "server_tool_use", "id": block_id, "name": part.name, "input": _input_object(part)}
         return {
             "type": "tool_use",
             "id": part.call_id,
@@ -358,6 +363,11 @@ class AnthropicFormat(WireFormat):
         crc = zlib.crc32(data)
         width = 0 if crc % 3 == 0 else crc % 16
         return data[:-1] + b" " * width + b"}"
+
+
+def _server(part: Part) -> bool:
+    """A call Anthropic runs itself (`server_tool_use`, e.g. web_search)."""
+    return part.spec is not None and part.spec.item == "server_tool_use"
 
 
 def _blocks(message: dict[str, Any]) -> list[Any]:

@@ -63,6 +63,13 @@ class OpenAIFormat(WireFormat):
         return openai_error_body(message, type_, param, code)
 
 
+def _call_kind(part: Part) -> tuple[str, str]:
+    """A tool call's `type` and the field of its text: a custom tool takes `input` text."""
+    if part.spec is not None and part.spec.item == "custom":
+        return "custom", "input"
+    return "function", "arguments"
+
+
 class ChatFormat(OpenAIFormat):
     protocol = OPENAI_CHAT
     path = "/v1/chat/completions"
@@ -173,19 +180,16 @@ class ChatFormat(OpenAIFormat):
     def open_part(self, reply: Reply, part: Part, index: int) -> list[Event]:
         if part.kind != "call":
             return []
-        header = {
-            "index": part.ordinal,
-            "id": part.call_id,
-            "type": "function",
-            "function": {"name": part.name, "arguments": ""},
-        }
+        kind, key = _call_kind(part)
+        header = {"index": part.ordinal, "id": part.call_id, "type": kind, kind: {"name": part.name, key: ""}}
         return self._delta(reply, {"tool_calls": [header]})
 
     def delta(self, reply: Reply, part: Part, index: int, fragment: str) -> list[Event]:
         if part.kind == "text":
             return self._delta(reply, {"content": fragment})
         if part.kind == "call":
-            piece = {"index": part.ordinal, "function": {"arguments": fragment}}
+            kind, key = _call_kind(part)
+            piece = {"index": part.ordinal, kind: {key: fragment}}
             return self._delta(reply, {"tool_calls": [piece]})
         return []  # Chat Completions never shows reasoning; it only counts its tokens
 
@@ -203,8 +207,9 @@ class ChatFormat(OpenAIFormat):
         message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
         if reply.calls:
             message["tool_calls"] = [
-                {"id": p.call_id, "type": "function", "function": {"name": p.name, "arguments": p.text}}
+                {"id": p.call_id, "type": kind, kind: {"name": p.name, key: p.text}}
                 for p in reply.calls
+                for kind, key in [_call_kind(p)]
             ]
         message["refusal"] = None
         message["annotations"] = []

@@ -32,6 +32,20 @@ from sidecar.scripted.wire import (
 )
 
 _ITEM_PREFIX: dict[PartKind, str] = {"thinking": "rs_", "text": "msg_", "call": "fc_"}
+_CALL_PREFIX = {
+    "custom_tool_call": "ctc_",
+    "local_shell_call": "lsh_",
+    "shell_call": "sh_",
+    "computer_call": "cu_",
+    "apply_patch_call": "apc_",
+    "web_search_call": "ws_",
+    "mcp_call": "mcp_",
+}
+
+
+def _item_type(part: Part) -> str:
+    item = part.spec.item if part.spec is not None else None
+    return item or "function_call"
 
 
 @dataclass(slots=True)
@@ -48,8 +62,27 @@ def _input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
+# Client calls and the input items that answer them (the API requires one answer per call).
+ANSWERS = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "local_shell_call": "local_shell_call_output",
+    "shell_call": "shell_call_output",
+    "computer_call": "computer_call_output",
+    "apply_patch_call": "apply_patch_call_output",
+}
+_OUTPUTS = set(ANSWERS.values())
+
+
 def _call_ids(items: list[dict[str, Any]], type_: str) -> list[str]:
-    return [str(i.get("call_id")) for i in items if i.get("type") == type_]
+    wanted = set(ANSWERS) if type_ == "call" else _OUTPUTS if type_ == "output" else {type_}
+    return [str(i.get("call_id")) for i in items if isinstance(i.get("type"), str) and i.get("type") in wanted]
+
+
+def _label(items: list[dict[str, Any]], call_id: str) -> str:
+    """'function call', 'custom tool call'...: how the API's error names a call's type."""
+    kind = next((str(i.get("type")) for i in items if i.get("call_id") == call_id), "function_call")
+    return kind.replace("_", " ")
 
 
 class ResponsesFormat(OpenAIFormat):
@@ -61,10 +94,12 @@ class ResponsesFormat(OpenAIFormat):
         super().__init__(ids)
         self.stored: dict[str, StoredResponse] = {}
         self.conversations: dict[str, list[dict[str, Any]]] = {}  # id -> its items, in order
+        self.replies: dict[str, Reply] = {}  # what GET /v1/responses/{id} reads back
 
     def reset(self) -> None:
         self.stored.clear()
         self.conversations.clear()
+        self.replies.clear()
 
     # ---- conversations -----------------------------------------------------------------------
 
@@ -118,16 +153,16 @@ class ResponsesFormat(OpenAIFormat):
         if refused is not None:
             return refused
         if held:  # the conversation's items come first; every call in it must be answered
-            answered = set(_call_ids(held, "function_call_output"))
-            pending = [i for i in held if i.get("type") == "function_call" and i.get("call_id") not in answered]
-            earlier = [i for i in held if i.get("type") == "function_call"]
+            answered = set(_call_ids(held, "output"))
+            pending = [i for i in held if i.get("type") in ANSWERS and i.get("call_id") not in answered]
+            earlier = [i for i in held if i.get("type") in ANSWERS]
             return self._pair(_input_items(body), pending, {str(i.get("call_id")) for i in earlier}, body)
         return self._pair(_input_items(body), [], set(), body)
 
     def _pair(
         self, items: list[dict[str, Any]], pending: list[dict[str, Any]], held: set[str], body: dict[str, Any]
     ) -> HttpReply | None:
-        required = _call_ids(pending, "function_call") + _call_ids(items, "function_call")
+        required = _call_ids(pending, "call") + _call_ids(items, "call")
         known = set(required) | held
         previous = body.get("previous_response_id")
         if previous:
@@ -138,17 +173,19 @@ class ResponsesFormat(OpenAIFormat):
                     param="previous_response_id",
                     code="previous_response_not_found",
                 )
-            required = _call_ids(stored.output, "function_call") + required
+            required = _call_ids(stored.output, "call") + required
             known |= self._chain_calls(str(previous))
-        outputs = _call_ids(items, "function_call_output")
+        outputs = _call_ids(items, "output")
         for call_id in outputs:
             if call_id not in known:
                 return self.invalid_request(
                     f"No tool call found for function call output with call_id {call_id}.", param="input"
                 )
+        everything = pending + items + [i for r in self.stored.values() for i in r.output]
         for call_id in required:
             if call_id not in outputs:
-                return self.invalid_request(f"No tool output found for function call {call_id}.", param="input")
+                label = _label(everything, call_id)
+                return self.invalid_request(f"No tool output found for {label} {call_id}.", param="input")
         return None
 
     def _chain_calls(self, response_id: str | None) -> set[str]:
@@ -157,12 +194,44 @@ class ResponsesFormat(OpenAIFormat):
         while response_id and response_id not in seen and response_id in self.stored:
             seen.add(response_id)
             stored = self.stored[response_id]
-            calls.update(_call_ids(stored.output, "function_call"))
-            calls.update(_call_ids(stored.input, "function_call"))
+            calls.update(_call_ids(stored.output, "call"))
+            calls.update(_call_ids(stored.input, "call"))
             response_id = stored.previous_response_id
         return calls
 
+    # ---- stored responses: retrieve, stream resume, input items, background ---------------
+
+    def retrieve(self, response_id: str) -> HttpReply:
+        reply = self.replies.get(response_id)
+        if reply is None:
+            return self.invalid_request(f"Response with id '{response_id}' not found.", status=404)
+        return HttpReply(200, self.body(reply))
+
+    def input_items(self, response_id: str) -> HttpReply:
+        stored = self.stored.get(response_id)
+        if stored is None:
+            return self.invalid_request(f"Response with id '{response_id}' not found.", status=404)
+        data = [{"id": f"item_{n}", **item} for n, item in enumerate(stored.input)]
+        first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+        return HttpReply(200, {"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": False})
+
+    def cancel(self, response_id: str) -> HttpReply:
+        """POST /v1/responses/{id}/cancel: only background responses can be cancelled; the
+        answer is the response (this stand-in has always finished it: its output stays)."""
+        reply = self.replies.get(response_id)
+        if reply is None:
+            return self.invalid_request(f"Response with id '{response_id}' not found.", status=404)
+        if reply.request.get("background") is not True:
+            return self.invalid_request("Only responses created with background=true can be cancelled.")
+        return HttpReply(200, {**self.body(reply), "status": "cancelled"})
+
+    def queued(self, reply: Reply) -> dict[str, Any]:
+        """A `background: true` create answers at once, queued; the result is read back later."""
+        return self._response(reply, "queued", [], None)
+
     def remember(self, reply: Reply) -> None:
+        if reply.request.get("store", True) is not False:
+            self.replies[reply.id] = reply
         conversation = self.conversation_of(reply.request)
         if conversation is not None and conversation in self.conversations:
             output = [self._final_item(reply, p) for p in reply.parts]
@@ -268,14 +337,7 @@ class ResponsesFormat(OpenAIFormat):
             return self._reasoning_item(reply, part, final=False)
         if part.kind == "text":
             return {"id": part.item_id, "type": "message", "status": "in_progress", "content": [], "role": "assistant"}
-        return {
-            "id": part.item_id,
-            "type": "function_call",
-            "status": "in_progress",
-            "arguments": "",
-            "call_id": part.call_id,
-            "name": part.name,
-        }
+        return self._call_item(part, final=False)
 
     def _final_item(self, reply: Reply, part: Part) -> dict[str, Any]:
         if part.kind == "thinking":
@@ -288,14 +350,58 @@ class ResponsesFormat(OpenAIFormat):
                 "content": [self._text_part(part.text)],
                 "role": "assistant",
             }
-        return {
-            "id": part.item_id,
-            "type": "function_call",
-            "status": "incomplete" if part.truncated else "completed",
-            "arguments": part.text,
+        return self._call_item(part, final=True)
+
+    @staticmethod
+    def _call_item(part: Part, final: bool) -> dict[str, Any]:
+        """A call item as the API writes it, by `ToolCallSpec.item` (function_call by default)."""
+        kind = _item_type(part)
+        status = ("incomplete" if part.truncated else "completed") if final else "in_progress"
+        item_id = _CALL_PREFIX.get(kind, "fc_") + part.item_id[3:]
+        arguments = dict(part.spec.arguments or {}) if part.spec is not None else {}
+        if kind == "function_call":
+            return {
+                "id": part.item_id,
+                "type": kind,
+                "status": status,
+                "arguments": part.text if final else "",
+                "call_id": part.call_id,
+                "name": part.name,
+            }
+        if kind == "custom_tool_call":
+            text = part.text if final else ""
+            # As recorded (tests/fixtures/wire/openai-responses-response-custom-tool-call.json): with a status.
+            return {
+                "id": item_id,
+                "type": kind,
+                "status": status,
+                "call_id": part.call_id,
+                "input": text,
+                "name": part.name,
+            }
+        if kind == "web_search_call":
+            return {"id": item_id, "type": kind, "status": status, "action": arguments}
+        if kind == "mcp_call":
+            return {
+                "id": item_id,
+                "type": kind,
+                "status": status,
+                "name": part.name,
+                "server_label": arguments.get("server_label", ""),
+                "arguments": orjson.dumps(arguments.get("arguments", {})).decode(),
+                "output": "ok" if final else None,
+            }
+        field = "operation" if kind == "apply_patch_call" else "action"
+        item: dict[str, Any] = {
+            "id": item_id,
+            "type": kind,
             "call_id": part.call_id,
-            "name": part.name,
+            "status": status,
+            field: arguments,
         }
+        if kind == "computer_call":
+            item["pending_safety_checks"] = []
+        return item
 
     def _text_fields(self, part: Part, index: int) -> dict[str, Any]:
         return {"content_index": 0, "item_id": part.item_id, "output_index": index}
@@ -331,7 +437,12 @@ class ResponsesFormat(OpenAIFormat):
         options = reply.request.get("stream_options")
         if not isinstance(options, dict) or options.get("include_obfuscation", True):
             fields["obfuscation"] = obfuscation(part.item_id + fragment)
-        if part.kind == "call":
+        if part.kind == "call" and _item_type(part) == "custom_tool_call":
+            name = "response.custom_tool_call_input.delta"
+            fields["item_id"] = self._call_item(part, final=False)["id"]
+        elif part.kind == "call" and _item_type(part) != "function_call":
+            return []  # other call items arrive whole, in output_item.added and .done
+        elif part.kind == "call":
             name = "response.function_call_arguments.delta"
         elif part.kind == "text":
             name = "response.output_text.delta"
@@ -342,7 +453,11 @@ class ResponsesFormat(OpenAIFormat):
 
     def close_part(self, reply: Reply, part: Part, index: int) -> list[Event]:
         events: list[Event] = []
-        if part.kind == "call" and not part.truncated:
+        if part.kind == "call" and _item_type(part) == "custom_tool_call" and not part.truncated:
+            item_id = self._call_item(part, final=False)["id"]
+            done = {"type": "response.custom_tool_call_input.done", "input": part.text, "item_id": item_id}
+            events.append(Event(done["type"], {**done, "output_index": index}))
+        elif part.kind == "call" and _item_type(part) == "function_call" and not part.truncated:
             events.append(
                 Event(
                     "response.function_call_arguments.done",

@@ -26,12 +26,18 @@ class ToolCallSpec:
     `raw_arguments`, when set, is sent verbatim instead of `arguments`: it lets a test send
     arguments that are not valid JSON (or not an object) to exercise the proxy's lockdown.
     `id` pins the call id (`toolu_…` / `call_…`); otherwise a fresh one is minted.
+    `item` picks another wire item than a function call, as the API writes it: Responses
+    `custom_tool_call` (the input text is `raw_arguments`), `local_shell_call`, `shell_call`,
+    `computer_call`, `apply_patch_call` (`arguments` is their action / operation), and the
+    server-run `web_search_call` / `mcp_call`; Chat `custom`; Anthropic `server_tool_use`
+    (followed by its result block). Each protocol renders the items it has.
     """
 
     name: str
     arguments: dict[str, Any] | None = None
     raw_arguments: str | None = None
     id: str | None = None
+    item: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolCallSpec:
@@ -40,6 +46,7 @@ class ToolCallSpec:
             arguments=data.get("arguments"),
             raw_arguments=data.get("raw_arguments"),
             id=data.get("id"),
+            item=data.get("item"),
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip as gzip_codec
 import inspect
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -29,6 +30,8 @@ EXHAUSTED_TEXT = "(script exhausted)"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 CONVERSATIONS_PATH = "/v1/conversations"
 MODELS_PATH = "/v1/models"
+# GET /v1/responses/{id} and GET /v1/responses/{id}/input_items
+_RESPONSE_PATH = re.compile(r"/v1/responses/(resp_[A-Za-z0-9]+)(/input_items|/cancel)?$")
 # Generous: tests send big histories, and the real APIs accept tens of megabytes.
 MAX_BODY = 64 * 1024 * 1024
 
@@ -149,7 +152,8 @@ class ScriptedModel:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        fmt = next((f for f in self._formats if request.path.endswith(f.path)), None)
+        # By the path's shape, with or without /v1 (POST /messages, Azure's deployment paths).
+        fmt = next((f for f in self._formats if request.path.endswith(f.path.removeprefix("/v1"))), None)
         if request.method != "POST":
             fmt = None
         try:
@@ -177,6 +181,11 @@ class ScriptedModel:
             except asyncio.CancelledError:
                 self.disconnects += 1
                 raise
+        stored = _RESPONSE_PATH.search(request.path)
+        if stored is not None and stored.group(2) == "/cancel" and request.method == "POST":
+            return self._json(self._responses, self._responses.cancel(stored.group(1)))
+        if stored is not None and request.method == "GET" and stored.group(2) != "/cancel":
+            return await self._stored_response(request, stored.group(1), stored.group(2) is not None)
         if request.method == "GET" and request.path.endswith(MODELS_PATH):
             return self._json(self._anthropic if anthropic else self._openai, HttpReply(200, _model_list(anthropic)))
         return self._not_found(recorded, anthropic)
@@ -204,7 +213,10 @@ class ScriptedModel:
             return self._json(fmt, fmt.invalid_request(f"scripted model: {exc}"))
         if not streaming:
             fmt.remember(reply)
-            return self._json(fmt, HttpReply(200, fmt.body(reply)), turn.gzip, reply.request_id)
+            answer = fmt.body(reply)
+            if fmt is self._responses and body.get("background") is True:
+                answer = self._responses.queued(reply)
+            return self._json(fmt, HttpReply(200, answer), turn.gzip, reply.request_id)
         events = stream_events(fmt, reply)
         if turn.stream_error_after is not None:
             cut = min(max(0, turn.stream_error_after), len(events) - 1)
@@ -228,6 +240,23 @@ class ScriptedModel:
             return response  # the client went away mid-stream: nothing to finish
         if turn.stream_error_after is None:
             fmt.remember(reply)
+        return response
+
+    async def _stored_response(self, request: web.Request, response_id: str, items: bool) -> web.StreamResponse:
+        """GET /v1/responses/{id} (and `?stream=true&starting_after=N`), GET …/input_items."""
+        fmt = self._responses
+        if items:
+            return self._json(fmt, fmt.input_items(response_id))
+        if request.query.get("stream") != "true" or response_id not in fmt.replies:
+            return self._json(fmt, fmt.retrieve(response_id))
+        after = int(request.query.get("starting_after", "-1"))
+        events = stream_events(fmt, fmt.replies[response_id])
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await response.prepare(request)
+        for seq, event in enumerate(events):
+            if seq > after:
+                await response.write(fmt.encode(event, seq))
+        await response.write_eof()
         return response
 
     def _json(

@@ -135,8 +135,32 @@ REFUSAL_REASONS = frozenset(
 )
 UPSTREAM_CAUSES = frozenset({"dns", "connect", "tls", "timeout", "disconnected", "protocol"})
 # Paths forwarded untouched, by what they are (sidecar_passthrough_requests_total{path_class}).
+# The classes of sidecar/proxy/coverage.py (`PathClass`) that can be forwarded.
 PATH_CLASSES = frozenset(
-    {"models", "count_tokens", "files", "batches", "embeddings", "moderations", "audio", "images", "other"}
+    {
+        "models",
+        "count_tokens",
+        "files",
+        "batches",
+        "embeddings",
+        "moderations",
+        "audio",
+        "images",
+        "videos",
+        "legacy_completions",
+        "storage",
+        "fine_tuning",
+        "admin",
+        "conversations",
+        "responses",
+        "assistants",
+        "realtime",
+        "hosted_agents",
+        "stored_completions",
+        "unknown",
+        "history",
+        "other",
+    }
 )
 ENGINES = frozenset({"embedded", "opa"})
 TOKEN_DIRECTIONS = frozenset(d.value for d in DIRECTIONS)

@@ -214,11 +214,10 @@ async def test_nothing_on_the_proxy_port_approves(model, start_approvals):
             async with session.post(
                 running.proxy_url + path, json={"by": "model"}, headers={"Authorization": f"Bearer {TOKEN}"}
             ) as response:
-                assert response.status == 404  # forwarded upstream like any unknown path
+                assert response.status == 403  # refused like any unknown path (docs/coverage.md)
         async with session.get(running.proxy_url + "/approvals") as response:
-            assert response.status == 404
-    forwarded = [r.path for r in model.requests]
-    assert f"/approvals/{a.id}/approve" in forwarded  # the provider saw it, not the admin API
+            assert response.status == 403
+    assert model.requests == []  # neither the admin API nor the provider saw it
     assert (await running.sidecar.state.get_approval(a.id)).status == "pending"
 
 

@@ -129,11 +129,15 @@ def test_responses_string_and_part_list_outputs() -> None:
             {"type": "function_call_output", "call_id": "c1", "output": f"k={SECRET}"},
             {"type": "function_call", "call_id": "c2", "name": "a", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": SECRET}]},
+            {"type": "custom_tool_call", "call_id": "c3", "name": "run", "input": "ls"},
+            {"type": "custom_tool_call_output", "call_id": "c3", "output": f"env: AWS={SECRET}"},
         ],
     }
-    assert [r.call_id for r in OPENAI_RESPONSES.request_results(body)] == ["c1", "c2"]
+    assert [r.call_id for r in OPENAI_RESPONSES.request_results(body)] == ["c1", "c2", "c3"]
+    assert OPENAI_RESPONSES.read_request(body).results == OPENAI_RESPONSES.request_results(body)[2:]
     out = _redacted(OPENAI_RESPONSES, body)
     assert SECRET not in orjson.dumps(out).decode()
     assert out["input"][2]["output"] == "k=[REDACTED: secret_in_result]"
     assert out["input"][4]["output"] == [{"type": "input_text", "text": "[REDACTED: secret_in_result]"}]
+    assert out["input"][6]["output"] == "env: AWS=[REDACTED: secret_in_result]"
     assert OPENAI_RESPONSES.request_results({"model": "m", "input": "just text"}) == []

@@ -7,11 +7,12 @@ after edits; the re-rendered downstream is checked structurally and by the offic
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Dialect
 from sidecar.dialects.anthropic import AnthropicDialect
 from sidecar.dialects.base import StreamAssembler
 from sidecar.dialects.sse import SSEEvent, SSEParser, format_event
-from sidecar.model import Item, ItemKind, Reply, canonical_json
+from sidecar.model import Item, ItemKind, Reply, ToolKind, canonical_json
 from tests.helpers.serve import serve
 from tests.helpers.wire import wire_bytes, wire_json, wire_names
 
@@ -40,6 +41,7 @@ class Call:
     id: str
     name: str
     arguments: dict[str, Any]
+    server: bool = False  # run by the provider (observed and decided, never the agent's)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,12 @@ CALL_WEATHER = Call("toolu_01NRLabsLyVHZPKxbKvkfSMn", "get_weather", {"location"
 CALL_PELICAN_1 = Call("toolu_01LtHJmixrs9NcWQkK8hu8hj", "pelican_name_generator", {})
 CALL_PELICAN_2 = Call("toolu_01N8a4jWyf116qKTMqKKmjyt", "pelican_name_generator", {})
 CALL_FIXED_VERSION = Call("toolu_01825dXWLSoJwCst1qTsiWdb", "fixed_version", {})
+SERVER_SEARCH = Call(
+    "srvtoolu_01S5swZdBmTzLDVzwcT5LbHp",
+    "tool_search_tool_bm25",
+    {"query": "USD EUR exchange rate currency conversion"},
+    server=True,
+)
 CALL_EXCHANGE = Call(
     "toolu_01EFn5wTNBYA8Reni8rbmnHT", "get_exchange_rate", {"from_currency": "USD", "to_currency": "EUR"}
 )
@@ -110,10 +118,11 @@ STREAMS: dict[str, StreamCase] = {
     "anthropic-stream-server-tool-and-client-tool.sse": StreamCase(
         ANTHROPIC,
         ("text", "server_tool_use", "tool_search_tool_result", "text", "tool_use"),
-        (CALL_EXCHANGE,),
-        cut=4,
-        forwarded=23,
-        held=13,
+        # The server call is held too: a policy may withhold it (it already ran at the provider).
+        (SERVER_SEARCH, CALL_EXCHANGE),
+        cut=1,
+        forwarded=6,
+        held=30,
         texts={
             0: "Let me search for a tool that can provide current exchange rate information.",
             3: "I found the right tool! Let me fetch the current USD to EUR exchange rate for you.",
@@ -238,7 +247,28 @@ EMPTY_OBJECT = "efddc7bd8bbcef73a14eb1ace1ffdaec81e518ef1e13c1e9271d0b8acb694a49
 STRICT_EMPTY_OBJECT = "99334726611ccf58a148b0814696bfa6fe08c1b2d027e946beccf5a74331c9aa"
 MULTIPLY = "cca874634a09e8acf64ad48e8e417ba9364da9dec2eb78045787a892871c8834"
 
+NO_SCHEMA = "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"  # a tool declared without one: {}
+
 REQUESTS: dict[str, RequestCase] = {
+    # Declared by type and name: a provider-defined client tool, no schema (the policy decides).
+    "anthropic-request-text-editor-tool.json": RequestCase(
+        ANTHROPIC,
+        "claude-sonnet-4-5",
+        {"str_replace_based_edit_tool": Declared("", NO_SCHEMA)},
+        (),
+        (),
+        seed="\x00Use the text editor to view hello.py",
+        stream=False,
+    ),
+    "openai-responses-request-custom-tool.json": RequestCase(
+        OPENAI_RESPONSES,
+        "gpt-5",
+        {"execute_sql": Declared("Execute SQL query on the database.", NO_SCHEMA)},
+        (),
+        (),
+        seed="\x00Show me all users from the users table",
+        stream=False,
+    ),
     "anthropic-request-thinking-tool-result.json": RequestCase(
         ANTHROPIC,
         "claude-haiku-4-5-20251001",
@@ -342,6 +372,23 @@ class ReplyCase:
 
 
 REPLIES: dict[str, ReplyCase] = {
+    "anthropic-message-text-editor-tool-use.json": ReplyCase(
+        ANTHROPIC,
+        ("text", "tool_use"),
+        (
+            Call(
+                "toolu_01RbLnQWMxRzm4KMditMcRiR", "str_replace_based_edit_tool", {"command": "view", "path": "hello.py"}
+            ),
+        ),
+        "tool_use",
+    ),
+    # A custom tool's call reads as {"input": text}.
+    "openai-responses-response-custom-tool-call.json": ReplyCase(
+        OPENAI_RESPONSES,
+        ("custom_tool_call",),
+        (Call("call_ehKeXqQM7YsBXWygeOoDztRm", "execute_sql", {"input": "SELECT * FROM users;"}),),
+        "completed",
+    ),
     "anthropic-message-tool-use.json": ReplyCase(
         ANTHROPIC,
         ("tool_use",),
@@ -463,20 +510,25 @@ def assemble(dialect: Dialect, events: list[SSEEvent]) -> Assembled:
 
 
 def calls_of(reply: Reply) -> list[Call]:
-    return [Call(c.id, c.name, c.arguments or {}) for c in reply.calls]
+    return [Call(c.id, c.name, c.arguments or {}, not c.kind.runs_on_client) for c in reply.calls]
+
+
+def client(calls: Iterable[Call]) -> list[Call]:
+    """The calls an SDK hands the agent (server calls are blocks of their own kind)."""
+    return [c for c in calls if not c.server]
 
 
 def item_types(reply: Reply) -> tuple[str, ...]:
     return tuple(str(item.wire.get("type")) for item in reply.items)
 
 
-CALL_TYPES = {"tool_use", "function", "function_call"}
+CALL_TYPES = {"tool_use", "server_tool_use", "function", "function_call", "custom_tool_call"}
 TEXT_TYPES = {"text", "message"}
 
 
 def check_kinds(reply: Reply) -> None:
-    """Client calls are CALL items, text is TEXT, everything else (thinking, server tools,
-    reasoning...) passes as OTHER with no call attached."""
+    """Calls (the client's and the provider's own) are CALL items, text is TEXT, everything
+    else (thinking, server tool results, reasoning...) passes as OTHER with no call attached."""
     for item in reply.items:
         kind = str(item.wire.get("type"))
         expected = ItemKind.CALL if kind in CALL_TYPES else ItemKind.TEXT if kind in TEXT_TYPES else ItemKind.OTHER
@@ -604,11 +656,11 @@ def test_parallel_empty_inputs_are_assembled_as_the_agent_echoes_them() -> None:
     assert [c.raw_arguments for c in reply.calls] == ["{}", "{}"]
 
 
-def test_server_tool_blocks_pass_as_other_items() -> None:
+def test_server_tool_blocks_are_server_calls_and_results_pass() -> None:
     reply = assemble(ANTHROPIC, parse(wire_bytes("anthropic-stream-server-tool-and-client-tool.sse"))).reply
     server, result = reply.items[1], reply.items[2]
-    assert server.kind is result.kind is ItemKind.OTHER
-    assert server.call is result.call is None
+    assert server.kind is ItemKind.CALL and result.kind is ItemKind.OTHER and result.call is None
+    assert server.call is not None and server.call.kind is ToolKind.SERVER and not server.call.repairable
     assert server.wire == {
         "type": "server_tool_use",
         "id": "srvtoolu_01S5swZdBmTzLDVzwcT5LbHp",
@@ -623,7 +675,8 @@ def test_server_tool_blocks_pass_as_other_items() -> None:
             "tool_references": [{"type": "tool_reference", "tool_name": "get_exchange_rate"}],
         },
     }
-    assert [c.name for c in reply.calls] == ["get_exchange_rate"]
+    assert [c.name for c in reply.calls] == ["tool_search_tool_bm25", "get_exchange_rate"]
+    assert [c.name for c in reply.client_calls] == ["get_exchange_rate"]
 
 
 def test_responses_stream_items_match_the_completed_output() -> None:
@@ -837,7 +890,9 @@ def test_reply_with_calls_removed(name: str, drop: str) -> None:
         assert choice["message"]["content"] is None
     else:
         assert len(written["output"]) == len(body["output"]) - len(removed)
-        assert written["output"][0]["type"] == "reasoning"
+        assert [i for i in written["output"] if i["type"] == "reasoning"] == [
+            i for i in body["output"] if i["type"] == "reasoning"
+        ]
 
 
 @pytest.mark.parametrize("name", list(REPLIES))
@@ -966,7 +1021,8 @@ def check_summary(dialect: Dialect, events: list[SSEEvent], calls: list[Call], i
     datas = [json.loads(e.data) for e in events if e.data and not e.data.startswith("[DONE]")]
     if dialect is ANTHROPIC:
         deltas = [d for d in datas if d["type"] == "message_delta"]
-        assert len(deltas) == 1 and deltas[0]["delta"]["stop_reason"] == ("tool_use" if calls else "end_turn")
+        client = [c for c in calls if not c.server]
+        assert len(deltas) == 1 and deltas[0]["delta"]["stop_reason"] == ("tool_use" if client else "end_turn")
         assert datas[-1]["type"] == "message_stop"
     elif dialect is OPENAI_CHAT:
         finishes = [c["finish_reason"] for d in datas for c in d["choices"] if c["finish_reason"]]
@@ -1063,7 +1119,7 @@ async def test_sdk_reads_items_rendered_from_their_wire_form(name: str) -> None:
     dialect = STREAMS[name].dialect
     data, reply = from_start(name)
     view = await read_with_sdk(dialect, data)
-    assert view.calls == list(STREAMS[name].calls)
+    assert view.calls == client(STREAMS[name].calls)
     assert tuple(view.types) == STREAMS[name].items
     assert view.text == "".join(STREAMS[name].texts.values())
     for other in view.others:
@@ -1106,9 +1162,17 @@ class SDKView:
 
 
 async def read_with_sdk(dialect: Dialect, payload: bytes) -> SDKView:
+    """What the official SDK assembles from `payload` (its client closed on this loop, so no
+    garbage-collected client logs 'Event loop is closed' in a later test)."""
+    async with contextlib.AsyncExitStack() as stack:
+        return await _read_with_sdk(dialect, payload, stack)
+
+
+async def _read_with_sdk(dialect: Dialect, payload: bytes, stack: contextlib.AsyncExitStack) -> SDKView:
     async with serve_stream(payload) as url:
         if dialect is ANTHROPIC:
             client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+            stack.push_async_callback(client.close)
             async with client.messages.stream(
                 model="claude-test", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
             ) as stream:
@@ -1122,6 +1186,7 @@ async def read_with_sdk(dialect: Dialect, payload: bytes) -> SDKView:
                 [b for b in blocks if b["type"] not in ("text", "tool_use")],
             )
         oa = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+        stack.push_async_callback(oa.close)
         if dialect is OPENAI_CHAT:
             async with oa.chat.completions.stream(model="gpt-test", messages=[{"role": "user", "content": "hi"}]) as s:
                 completion = await s.get_final_completion()
@@ -1154,7 +1219,7 @@ async def read_with_sdk(dialect: Dialect, payload: bytes) -> SDKView:
 async def test_sdk_reads_the_recorded_stream(name: str) -> None:
     case = STREAMS[name]
     view = await read_with_sdk(case.dialect, stream_bytes(name))
-    assert view.calls == list(case.calls)
+    assert view.calls == client(case.calls)
     assert view.stop == case.stop
     assert view.text == "".join(case.texts.values())
     if case.dialect is not OPENAI_CHAT:
@@ -1179,12 +1244,12 @@ async def test_sdk_reads_the_rendered_tail(name: str, edit: str) -> None:
     dialect = STREAMS[name].dialect
     data, reply, calls, added = downstream(name, edit)
     view = await read_with_sdk(dialect, data)
-    assert view.calls == calls
+    assert view.calls == client(calls)
     assert view.text == all_text(dialect, reply)
     if added:
         assert view.text.endswith(added)
     if dialect is ANTHROPIC:
-        assert view.stop == ("tool_use" if calls else "end_turn")
+        assert view.stop == ("tool_use" if client(calls) else "end_turn")
         assert tuple(view.types) == item_types(reply)
         for other in view.others:  # thinking and server-tool blocks arrive intact
             assert other in [i.wire for i in reply.items]

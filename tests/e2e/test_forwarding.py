@@ -379,7 +379,10 @@ async def test_secrets_never_logged(model, start_sidecar, tmp_path, caplog, capf
 
 async def test_requests_cannot_choose_the_destination(model, start_sidecar, decoy):
     where, seen = decoy
-    running = await start_sidecar(anthropic_upstream=model.url + "/prefix")
+    # Unknown paths are refused by default (docs/coverage.md): forwarded here, to see where they go.
+    running = await start_sidecar(
+        anthropic_upstream=model.url + "/prefix", coverage={"unparsed": {"unknown": "forward"}}
+    )
     sent = "anthropic-version: 2023-06-01\n"
     cases = [
         (f"GET http://{where}/x HTTP/1.1\nHost: {where}\n", "/prefix/x"),
@@ -449,7 +452,7 @@ async def test_body_limit_on_the_wire(model, start_sidecar, chunked):
         body = orjson.dumps({**MESSAGES_BODY, "pad": ""})
         return body.replace(b'"pad":""', b'"pad":"' + b"x" * (size - len(body)) + b'"')
 
-    for path in ("/v1/messages", "/v1/messages/count_tokens", "/anthropic/v1/anything"):
+    for path in ("/v1/messages", "/v1/messages/count_tokens", "/anthropic/v1/files"):
         status, payload = await post(path, padded(2049))
         assert status == 413
         assert orjson.loads(payload)["error"]["type"] == "request_too_large"

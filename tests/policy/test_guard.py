@@ -75,6 +75,7 @@ async def test_input_document_follows_the_contract() -> None:
         "tool": {
             "name": "payments_refund",
             "declared": True,
+            "kind": "function",
             "schema_hash": exchange.view.declarations["payments_refund"].schema_hash,
             "previous_schema_hash": None,  # this tool's schema never changed
         },

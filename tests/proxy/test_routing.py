@@ -24,7 +24,7 @@ ANTHROPIC_SDK = {"anthropic-version": "2023-06-01"}
         ("POST", "/v1/messages/count_tokens", NO_HEADERS, A, None),
         ("POST", "/v1/messages/batches", NO_HEADERS, A, None),
         ("GET", "/v1/messages", NO_HEADERS, A, None),
-        ("GET", "/v1/responses/resp_1", NO_HEADERS, OA, None),
+        ("GET", "/v1/responses/resp_1", NO_HEADERS, OA, OPENAI_RESPONSES),  # read back and checked
         ("POST", "/v1/embeddings", ANTHROPIC_SDK, OA, None),
         # Both providers serve these: the SDK's own headers decide.
         ("GET", "/v1/models", NO_HEADERS, OA, None),
@@ -37,7 +37,19 @@ ANTHROPIC_SDK = {"anthropic-version": "2023-06-01"}
         ("POST", "/openai/v1/chat/completions", ANTHROPIC_SDK, OA, OPENAI_CHAT),
         ("GET", "/anthropic/v1/models", NO_HEADERS, A, None),
         ("GET", "/openai/v1/models", ANTHROPIC_SDK, OA, None),
-        ("POST", "/openai/v1/messages", NO_HEADERS, OA, None),  # OpenAI has no such endpoint: untouched
+        # The shape picks the dialect, the prefix only the upstream (an OpenAI-compatible server
+        # may serve Anthropic's Messages API, Anthropic serves the Chat Completions API).
+        ("POST", "/openai/v1/messages", NO_HEADERS, OA, ANTHROPIC),
+        ("POST", "/anthropic/v1/chat/completions", NO_HEADERS, A, OPENAI_CHAT),
+        ("POST", "/anthropic/v1/responses", NO_HEADERS, A, OPENAI_RESPONSES),
+        # With or without /v1, under any prefix.
+        ("POST", "/messages", NO_HEADERS, A, ANTHROPIC),
+        ("POST", "/chat/completions", NO_HEADERS, OA, OPENAI_CHAT),
+        ("POST", "/responses", NO_HEADERS, OA, OPENAI_RESPONSES),
+        ("POST", "/api/v2/messages", NO_HEADERS, A, ANTHROPIC),
+        ("POST", "/openai/deployments/gpt/chat/completions", NO_HEADERS, OA, OPENAI_CHAT),
+        # Assistants thread messages are not Anthropic's /messages.
+        ("POST", "/v1/threads/thread_1/messages", NO_HEADERS, OA, None),
         # Encoding tricks cannot steer a model request past its dialect.
         ("POST", "/v1/%6dessages", NO_HEADERS, A, ANTHROPIC),
         ("POST", "/v1//messages", NO_HEADERS, A, ANTHROPIC),

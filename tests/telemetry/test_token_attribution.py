@@ -48,7 +48,12 @@ def call_output(name: str) -> list[tuple[str, float]]:
     """(tool, output tokens) per call of a recorded reply, as the cost filter attributes them."""
     dialect, reply = dialect_of(name), read_reply(name)
     items = [
-        Written(i.call.name if i.call else None, dialect.output_size(i), dialect.is_reasoning(i)) for i in reply.items
+        Written(
+            i.call.name if i.call and i.call.kind.runs_on_client else None,
+            dialect.output_size(i),
+            dialect.is_reasoning(i),
+        )
+        for i in reply.items
     ]
     shares = output_tokens(usage_of(name), items)
     return [(item.tool, tokens) for item, tokens in zip(items, shares, strict=True) if item.tool is not None]

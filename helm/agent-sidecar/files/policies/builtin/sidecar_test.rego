@@ -57,7 +57,7 @@ call(tool, args) := {
 	"model": "claude-test",
 	"agent": {"id": "agent-1", "namespace": "support", "labels": {}},
 	"session": {"id": "s1", "calls_total": 0, "calls_by_tool": {}},
-	"tool": {"name": tool, "declared": true, "schema_hash": "h"},
+	"tool": {"name": tool, "declared": true, "kind": "function", "schema_hash": "h"},
 	"call": {"id": "toolu_1", "args": args, "args_hash": "a", "index": 0, "parallel": 1},
 	"validation": {"valid": true, "errors": []},
 	"replay": {"count": 0, "first_seen": null},
@@ -81,6 +81,37 @@ test_undeclared_tool_denied if {
 	d.retryable == true
 	d.rule == "undeclared"
 	d.reasons == ["tool search is not declared in this request; call one of the declared tools"]
+}
+
+# --- tool kinds (input.tool.kind): the same rules decide every kind --------------------
+
+# A call the provider ran itself (web search, its MCP calls) of a server tool the request did
+# not enable: refused (the sidecar withholds its result).
+test_undeclared_server_tool_denied if {
+	d := decide(object.union(call("web_search", {"query": "q"}), {"tool": {"declared": false, "kind": "server", "schema_hash": ""}}))
+	d.allow == false
+	d.rule == "undeclared"
+}
+
+# An enabled server tool with no data entry passes as any unlisted tool does, reason included.
+test_declared_server_tool_allowed_as_unlisted if {
+	d := decide(object.union(call("web_search", {"query": "q"}), {"tool": {"kind": "server", "schema_hash": ""}}))
+	d.allow == true
+	d.rule == "unlisted"
+}
+
+# A provider-defined tool (Anthropic's bash, Responses shell) has no schema: a tool pinned to a
+# schema cannot be replaced by one of the same name.
+test_provider_defined_tool_under_a_pinned_name_denied if {
+	d := decide(object.union(call("pinned", {"command": "ls"}), {"tool": {"kind": "provider_defined", "schema_hash": ""}}))
+	d.allow == false
+	d.rule == "schema_pin"
+}
+
+# Per-tool data applies whatever the kind: a hidden custom tool is refused.
+test_hidden_custom_tool_denied if {
+	d := decide(object.union(call("dump", {"input": "x"}), {"tool": {"kind": "custom", "schema_hash": ""}}))
+	d.rule == "hidden"
 }
 
 # --- invalid_arguments ------------------------------------------------------------------
