@@ -359,7 +359,7 @@ class OpenAIResponsesDialect(Dialect):
         return [
             (("input", index, "output"), _output_result(item))
             for index, item in enumerate(as_list(items))
-            if isinstance(item, dict) and item.get("type") in _ANSWER_TYPES
+            if isinstance(item, dict) and isinstance(item.get("type"), str) and item["type"] in _ANSWER_TYPES
         ]
 
     def repair_request(

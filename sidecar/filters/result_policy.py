@@ -185,7 +185,8 @@ class ResultPolicy(PolicyPhase):
         contents: dict[int, Any] = {}
         for position, result in enumerate(results):
             record = records.get(position)
-            tool = (record.tool if record is not None else None) or names.get(result.call_id) or result.tool_name or ""
+            named = result.tool_name if isinstance(result.tool_name, str) else None  # a malformed wire name
+            tool = (record.tool if record is not None else None) or names.get(result.call_id) or named or ""
             outcome = await self.outcome(ex, result, record, tool)
             if outcome.action is ResultAction.ALLOW or self.mode != "enforce":
                 continue

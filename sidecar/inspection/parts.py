@@ -35,7 +35,7 @@ class TextPart:
 def _binary(key: str | int, value: str, holder: dict[str, Any] | None) -> bool:
     if key == "blob":
         return True
-    if key == "data" and holder is not None and holder.get("type") in _BINARY_TYPES:
+    if key == "data" and holder is not None and str(holder.get("type")) in _BINARY_TYPES:
         return True
     return value.startswith("data:") and ";base64," in value[:256]
 

@@ -9,10 +9,12 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Dialect
 from sidecar.dialects.openai_chat import legacy_history_id
 from sidecar.inspection import MarkerSet, ResultInspector, ToolProfile
+from tests.helpers.strategies import WIRE_JSON, mutated
 from tests.helpers.wire import wire_json
 
 RECORDED = [
@@ -141,3 +143,33 @@ def test_responses_string_and_part_list_outputs() -> None:
     assert out["input"][4]["output"] == [{"type": "input_text", "text": "[REDACTED: secret_in_result]"}]
     assert out["input"][6]["output"] == "env: AWS=[REDACTED: secret_in_result]"
     assert OPENAI_RESPONSES.request_results({"model": "m", "input": "just text"}) == []
+
+
+@pytest.mark.parametrize("dialect", [ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES], ids=lambda d: d.name)
+def test_any_body_gives_results_the_inspector_reads_and_a_rewrite_leaves_the_rest(dialect: Dialect) -> None:
+    """Random JSON mixed into requests that carry results: finding, inspecting, redacting and
+    replacing never raise, and the rewrite touches the results only."""
+    base = {
+        ANTHROPIC.name: wire_json("anthropic-request-tool-result-parallel.json"),
+        OPENAI_CHAT.name: wire_json("openai-chat-request-tool-messages-parallel.json"),
+        OPENAI_RESPONSES.name: wire_json("openai-responses-request-function-call-output.json"),
+    }[dialect.name]
+    inspector = ResultInspector()
+    markers = MarkerSet.from_data(None)
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(body=mutated(base, WIRE_JSON))
+    def run(body: dict[str, Any]) -> None:
+        pristine = copy.deepcopy(body)
+        results = dialect.request_results(body)
+        contents = {}
+        for position, result in enumerate(results):
+            found = inspector.inspect(result.content, result.size, ToolProfile(untrusted=True), markers)
+            contents[position] = inspector.redact(result.content, found) if found.spans else "withheld"
+        rewritten = dialect.replace_results(body, contents)
+        assert body == pristine
+        assert [r.content for r in dialect.request_results(rewritten)] == list(contents.values())
+        restored = dialect.replace_results(rewritten, {i: r.content for i, r in enumerate(results)})
+        assert restored == pristine
+
+    run()
