@@ -457,20 +457,14 @@ def token_count(value: Any) -> int:
 
 
 def json_length(value: Any) -> int:
-    """About how many characters `value` takes as compact JSON, without writing it: a walk over
-    what was already parsed. Strings count their quotes, backslashes and newlines twice (as JSON
-    escapes them; other control characters, rare in text, once); numbers count their text."""
-    if isinstance(value, str):
+    """How many characters `value` takes as compact JSON: orjson writes it (in C, far cheaper
+    than a walk in Python over what was parsed) and the characters of its bytes are counted. An
+    ASCII string is counted without writing it (its quotes, backslashes and newlines twice, as
+    JSON escapes them; other control characters, rare in text, once)."""
+    if isinstance(value, str) and value.isascii():
         return len(value) + 2 + value.count('"') + value.count("\\") + value.count("\n")
-    if isinstance(value, dict):
-        return 1 + sum(len(k) + 4 + json_length(v) for k, v in value.items()) if value else 2
-    if isinstance(value, list):
-        return 1 + sum(1 + json_length(v) for v in value) if value else 2
-    if value is None or value is True:
-        return 4
-    if value is False:
-        return 5
-    return len(repr(value))
+    raw = orjson.dumps(value, default=str)
+    return len(raw) if raw.isascii() else len(raw.decode("utf-8", "replace"))
 
 
 def frame_length(skeleton: dict[str, Any]) -> int:
