@@ -16,13 +16,15 @@ withheld (logged, counted); anything else that fails refuses the request (503).
 
 The agent re-sends its whole history with every turn, so a result is decided wherever it
 appears, not only when it is new: decisions are remembered per (session, call id, content
-digest) in a bounded memo (`results.remember`), and a result the memo no longer holds is
-inspected and decided again (the same content gets the same anomalies). Only a decision
-made afresh is logged and counted. Repair rounds start from the rewritten request, so they
-carry the same rewrites.
+digest) in a bounded memo (`results.remember`, for `results.remember_s` at most, emptied
+when the policy reloads), and a result the memo does not hold is inspected and decided again
+(the same content gets the same anomalies). Only a decision made afresh is logged and
+counted. Repair rounds start from the rewritten request, so they carry the same rewrites.
 
 Rollout modes: `shadow` inspects and decides, logs what would be done (`applied: false`) and
 forwards everything; `off` inspects (the anomalies are still counted) and decides nothing.
+On the MCP path (`on_result`) a `tools/call` result is inspected and decided as it returns
+to the agent, never rewritten there.
 """
 
 from __future__ import annotations
