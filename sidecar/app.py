@@ -28,12 +28,13 @@ from sidecar.filters.drift import DriftFilter
 from sidecar.filters.legs import LegsFilter
 from sidecar.filters.policy import PolicyFilter
 from sidecar.filters.replay import ReplayFilter
-from sidecar.filters.result_policy import ResultPolicy
+from sidecar.filters.result_policy import ResultPolicy, result_rules
 from sidecar.filters.results import ResultMatcher
 from sidecar.filters.stored import StoredRepliesFilter
 from sidecar.filters.telemetry import TelemetryFilter
 from sidecar.filters.tool_list import ToolListFilter
 from sidecar.filters.tracing import tracing_from_settings
+from sidecar.inspection import MarkerError
 from sidecar.mcp.runner import McpRunner
 from sidecar.model import Provider, RefusalReason
 from sidecar.policy import EmbeddedEngine, build_engine
@@ -97,6 +98,10 @@ class Sidecar:
             if isinstance(self.policy, EmbeddedEngine)
             else ToolTraits.from_settings(settings)
         )
+        # Untrusted tools, result size limits, injection markers: the same policy data, kept
+        # current by reloads (with an OPA server: its files, read once).
+        self.result_rules = result_rules(settings, self.policy)
+        self.result_policy = ResultPolicy(settings, self.policy, self.metrics, self.state, self.result_rules)
         # Human approvals live in the same store (see sidecar/approvals/__init__.py).
         self.approvals = ApprovalService(settings, self.state, self.metrics)
         # Traces only when an OTLP endpoint is configured: otherwise no filter, no cost.
@@ -160,7 +165,9 @@ class Sidecar:
             DriftFilter(DriftWatch(self.tool_inventory, metrics, agent_identity(s)["id"])),
             # Tool results matched to their calls (ex.results) before anyone hears them.
             ResultMatcher(state),
-            ResultPolicy(s, self.policy, metrics, state),
+            # Every result (history included) inspected and decided; withheld or redacted in the
+            # request before it goes upstream, and before anyone sizes or remembers it (on_result).
+            self.result_policy,
             # Tokens per tool (an estimate): after results, which names each result by its call.
             CostFilter(metrics),
             # Hidden tools leave the request before it goes upstream.
@@ -262,6 +269,11 @@ class Sidecar:
     def _policy_reloaded(self, ok: bool, error: str | None) -> None:
         if ok and isinstance(self.policy, EmbeddedEngine):
             self.tool_traits.update(self.policy.data)
+            try:
+                self.result_rules.update(self.policy.data)
+            except MarkerError as exc:  # `policy check` refuses these: the previous markers stay
+                log_event("result_rules_reload", level=logging.ERROR, ok=False, error=str(exc))
+            self.result_policy.policy_reloaded()
         self.metrics.policy_reload(ok)
         log_event("policy_reload", level=logging.INFO if ok else logging.ERROR, ok=ok, error=error)
 

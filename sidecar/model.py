@@ -55,6 +55,36 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# Where a value sits in a JSON document: keys and indices from the root.
+JsonPath = tuple[str | int, ...]
+
+
+def replace_paths(value: Any, replacements: dict[JsonPath, Any]) -> Any:
+    """`value` with the values at these paths replaced; the containers on the way are copied,
+    everything else is shared (the input is never mutated). A missing last key is added; a
+    path through something missing is ignored."""
+    if not replacements:
+        return value
+    if () in replacements:
+        return replacements[()]
+    children: dict[str | int, dict[JsonPath, Any]] = {}
+    for path, new in replacements.items():
+        children.setdefault(path[0], {})[path[1:]] = new
+    if isinstance(value, dict):
+        copied = dict(value)
+        for key, below in children.items():
+            if isinstance(key, str) and (key in value or () in below):
+                copied[key] = replace_paths(value.get(key), below)
+        return copied
+    if isinstance(value, list):
+        items = list(value)
+        for index, below in children.items():
+            if isinstance(index, int) and 0 <= index < len(items):
+                items[index] = replace_paths(items[index], below)
+        return items
+    return value
+
+
 class ToolKind(StrEnum):
     """What kind of tool a declaration or a call is (the policy's `input.tool.kind`)."""
 

@@ -17,11 +17,13 @@ ALLOWED: dict[str, set[str]] = {
     "timefmt": set(),
     "identity": {"model"},
     "dialects": {"model"},
+    # A pure inspector over a result's content (the model path and MCP share it): below policy.
+    "inspection": {"model"},
     "config": {"telemetry"},  # the redactor, for secrets in configuration errors
     "lockdown": {"config", "model"},
     "state": {"config", "model", "telemetry"},  # the redactor, for backend errors quoting URLs
     "telemetry": {"cli_output", "config", "lockdown", "model", "timefmt"},
-    "policy": {"config", "model", "telemetry"},
+    "policy": {"config", "inspection", "model", "telemetry"},  # inspection: `check` compiles the markers
     "approvals": {"config", "state", "telemetry", "timefmt"},
     "exchange": {"config", "dialects", "model", "telemetry"},  # the redactor, for upstream error bodies
     # The MCP path: wire reading, its sequence over the exchange chain; no transport, no wiring.
@@ -92,7 +94,7 @@ def test_lower_layers_import_only_below_them(part: str) -> None:
 
 def test_filters_never_reach_the_transport() -> None:
     graph = import_graph()
-    for part in ("filters", "exchange", "dialects", "policy", "state", "lockdown", "mcp"):
+    for part in ("filters", "exchange", "dialects", "inspection", "policy", "state", "lockdown", "mcp"):
         assert not graph.get(part, set()) & NEVER_IMPORTED_BY_LOWER, part
 
 

@@ -176,6 +176,28 @@ class LimitsSettings(_Section):
     max_schema_bytes: int = Field(512 * 1024, ge=1024)
 
 
+class ResultSettings(_Section):
+    """Tool-result inspection (docs/policies.md "Results"): how much of each result is read and
+    how secrets are recognised. What is done with a finding is the policy's (`result_decision`);
+    which tools are untrusted, size limits and injection markers are in the policy data.
+    Unset key lists mean the shipped ones (sidecar/inspection/secrets.py)."""
+
+    max_inspect_bytes: int = Field(1024 * 1024, ge=1024)
+    max_spans: int = Field(256, ge=1)
+    # Decisions remembered per (session, call id, content), so a result the agent re-sends with
+    # its history is rewritten again without another inspection or policy evaluation.
+    remember: int = Field(10_000, ge=0)
+    # ... for this long at most: an OPA server's policy changes without the sidecar knowing.
+    remember_s: float = Field(600.0, gt=0)
+    secret_keys: list[str] | None = None
+    secret_keys_exact: list[str] | None = None
+    secret_key_exclusions: list[str] | None = None
+    entropy: bool = True
+    entropy_min_length: int = Field(20, ge=12, le=128)
+    entropy_max_length: int = Field(256, ge=16, le=4096)
+    entropy_max_candidates: int = Field(1000, ge=0)
+
+
 class InventorySettings(_Section):
     """The tool inventory (`GET /v1/tools`): the latest declaration of each tool per agent and
     provider, least recently declared first out when either bound is reached."""
@@ -307,6 +329,7 @@ class Settings(BaseSettings):
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     inventory: InventorySettings = Field(default_factory=InventorySettings)
+    results: ResultSettings = Field(default_factory=ResultSettings)
     coverage: CoverageSettings = Field(default_factory=CoverageSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
     tools: dict[str, ToolSettings] = Field(default_factory=dict)

@@ -35,6 +35,7 @@ from sidecar.model import (
     Frame,
     Item,
     ItemKind,
+    JsonPath,
     Provider,
     Reply,
     RequestView,
@@ -151,6 +152,13 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+def _tool_result(block: dict[str, Any]) -> ToolResult:
+    """A `tool_result` block (its content: a string or a list of content blocks)."""
+    result = block.get("content", "")
+    size = len(result.encode()) if isinstance(result, str) else len(orjson.dumps(result))
+    return ToolResult(str(block.get("tool_use_id")), result, bool(block.get("is_error")), size=size)
+
+
 class AnthropicDialect(Dialect):
     name = "anthropic"
     provider = Provider.ANTHROPIC
@@ -229,16 +237,18 @@ class AnthropicDialect(Dialect):
                 continue
             for block in content:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
-                    result = block.get("content", "")
-                    view.results.append(
-                        ToolResult(
-                            str(block.get("tool_use_id")),
-                            result,
-                            bool(block.get("is_error")),
-                            size=len(result.encode()) if isinstance(result, str) else len(orjson.dumps(result)),
-                        )
-                    )
+                    view.results.append(_tool_result(block))
         return view
+
+    def result_slots(self, body: dict[str, Any]) -> list[tuple[JsonPath, ToolResult]]:
+        slots: list[tuple[JsonPath, ToolResult]] = []
+        for m, message in enumerate(as_list(body.get("messages"))):
+            if not isinstance(message, dict) or message.get("role") == "assistant":
+                continue
+            for b, block in enumerate(as_list(message.get("content"))):
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    slots.append((("messages", m, "content", b, "content"), _tool_result(block)))
+        return slots
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]

@@ -23,13 +23,16 @@ from sidecar.model import (
     Frame,
     Item,
     ItemKind,
+    JsonPath,
     Provider,
     Reply,
     RequestView,
     TokenUsage,
     ToolCall,
     ToolDeclaration,
+    ToolResult,
     ToolSpan,
+    replace_paths,
 )
 
 # Declarations read from a request, by a digest of the tools it declares: an agent re-declares
@@ -354,6 +357,24 @@ class Dialect(ABC):
         """What answers a withheld call on the agent's next turn (None: no answer exists,
         e.g. a server call, which the provider ran and answered itself)."""
         return compact(payload) if call.kind.runs_on_client else None
+
+    # -- tool results in a request (inspection: sidecar/filters/result_policy.py) -----------
+    @abstractmethod
+    def result_slots(self, body: dict[str, Any]) -> list[tuple[JsonPath, ToolResult]]:
+        """Every tool result the request carries, history included, in wire order, with the
+        path of its content in `body` (where `replace_results` writes)."""
+
+    def request_results(self, body: dict[str, Any]) -> list[ToolResult]:
+        """Every tool result of the request (history included), in wire order: the positions
+        `replace_results` takes. The results after the latest model turn are the last ones."""
+        return [result for _, result in self.result_slots(body)]
+
+    def replace_results(self, body: dict[str, Any], contents: dict[int, Any]) -> dict[str, Any]:
+        """The body with the content of result number i (as `request_results` counts) replaced
+        by `contents[i]`: only the path to each is copied, `body` is never mutated."""
+        slots = self.result_slots(body)
+        rewritten: dict[str, Any] = replace_paths(body, {slots[i][0]: content for i, content in contents.items()})
+        return rewritten
 
     def add_withheld_outputs(self, body: dict[str, Any], outputs: dict[str, str]) -> dict[str, Any]:
         """Answer calls the provider remembers but the agent never saw (stateful APIs)."""

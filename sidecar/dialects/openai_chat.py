@@ -49,6 +49,7 @@ from sidecar.model import (
     EchoedCall,
     Item,
     ItemKind,
+    JsonPath,
     Provider,
     Reply,
     RequestView,
@@ -152,6 +153,25 @@ def legacy_history_id(position: int) -> str:
     return f"{LEGACY}@{position}"
 
 
+def _message_result(message: dict[str, Any], latest_legacy: EchoedCall | None) -> ToolResult | None:
+    """The result a `role: "tool"` (or legacy `role: "function"`) message carries; None for
+    other messages. A legacy result has no id on the wire: it answers the latest legacy call
+    of its name."""
+    role = message.get("role")
+    content = message.get("content", "")
+    if role == "tool":
+        call_id = str(message.get("tool_call_id"))
+        return ToolResult(call_id, content, False, message.get("name"), result_size(content))
+    if role != "function":
+        return None
+    named = str(message["name"]) if message.get("name") is not None else None
+    if latest_legacy is not None and latest_legacy.name == named:
+        call_id = latest_legacy.call_id
+    else:
+        call_id = f"function:{named}"  # answers no call: counted as an unknown one
+    return ToolResult(call_id, content, False, named, result_size(content))
+
+
 def _function_name(function: Any) -> str | None:
     """The name of a legacy `functions` entry (None for malformed ones)."""
     name = function.get("name") if isinstance(function, dict) else None
@@ -230,20 +250,29 @@ class OpenAIChatDialect(Dialect):
                     name, arguments = str(legacy.get("name")), legacy.get("arguments")
                     latest_legacy = EchoedCall(legacy_history_id(position), name, arguments)
                     view.echoed_calls.append(latest_legacy)
-            elif role == "tool":
-                content = message.get("content", "")
-                call_id = str(message.get("tool_call_id"))
-                view.results.append(ToolResult(call_id, content, False, message.get("name"), result_size(content)))
-            elif role == "function":
-                # No id on the wire: the result answers the latest legacy call of its name.
-                content = message.get("content", "")
-                named = str(message["name"]) if message.get("name") is not None else None
-                if latest_legacy is not None and latest_legacy.name == named:
-                    call_id = latest_legacy.call_id
-                else:
-                    call_id = f"function:{named}"  # answers no call: counted as an unknown one
-                view.results.append(ToolResult(call_id, content, False, named, result_size(content)))
+            else:
+                result = _message_result(message, latest_legacy)
+                if result is not None:
+                    view.results.append(result)
         return view
+
+    def result_slots(self, body: dict[str, Any]) -> list[tuple[JsonPath, ToolResult]]:
+        slots: list[tuple[JsonPath, ToolResult]] = []
+        latest_legacy: EchoedCall | None = None
+        position = -1  # among the object messages, as `read_request` counts for legacy ids
+        for index, message in enumerate(as_list(body.get("messages"))):
+            if not isinstance(message, dict):
+                continue
+            position += 1
+            if message.get("role") == "assistant":
+                legacy = message.get(LEGACY)
+                named = str(legacy.get("name")) if isinstance(legacy, dict) else ""
+                latest_legacy = EchoedCall(legacy_history_id(position), named) if isinstance(legacy, dict) else None
+                continue
+            result = _message_result(message, latest_legacy)
+            if result is not None:
+                slots.append((("messages", index, "content"), result))
+        return slots
 
     declaring_keys = ("tools", "functions")
 

@@ -42,6 +42,7 @@ from sidecar.model import (
     Frame,
     Item,
     ItemKind,
+    JsonPath,
     Provider,
     Reply,
     RequestView,
@@ -86,6 +87,7 @@ _OUTPUT_TYPES = {
     "shell_call": "shell_call_output",
     "apply_patch_call": "apply_patch_call_output",
 }
+_ANSWER_TYPES = frozenset(_OUTPUT_TYPES.values())
 # Declared tool types -> the neutral name and kind of the client tool they declare.
 _PROVIDER_TOOLS = {
     "local_shell": "local_shell",
@@ -240,6 +242,13 @@ def _items(output: list[Any]) -> list[Item]:
     return items
 
 
+def _output_result(item: dict[str, Any]) -> ToolResult:
+    """An output item answering a client call (`function_call_output`, `custom_tool_call_output`,
+    …; its output: a string, or a list of input parts or of command outputs)."""
+    output = item.get("output", "")
+    return ToolResult(str(item.get("call_id") or item.get("id")), output, False, None, result_size(output))
+
+
 def conversation_id(body: dict[str, Any]) -> str | None:
     """The request's `conversation` (an id, or `{"id": …}`), None when absent or unreadable."""
     value = body.get("conversation")
@@ -270,13 +279,10 @@ class OpenAIResponsesDialect(Dialect):
         items = [i for i in as_list(items) if isinstance(i, dict)]
         first_user: dict[str, Any] = next((i for i in items if i.get("role") == "user"), {})
         view.session_seed = str(body.get("instructions") or "") + "\x00" + content_text(first_user.get("content"))
-        answers = set(_OUTPUT_TYPES.values())
         for item in items:
             kind = item.get("type")
-            if isinstance(kind, str) and kind in answers:
-                output = item.get("output", "")
-                call_id = str(item.get("call_id") or item.get("id"))
-                view.results.append(ToolResult(call_id, output, False, None, result_size(output)))
+            if isinstance(kind, str) and kind in _ANSWER_TYPES:
+                view.results.append(_output_result(item))
             elif _model_item(item):
                 view.results = []
                 if isinstance(kind, str) and kind in _CLIENT_ITEMS:
@@ -347,6 +353,14 @@ class OpenAIResponsesDialect(Dialect):
             elif kind == "tool_search" and tool.get("execution") != "client":
                 names.add("tool_search")
         return names
+
+    def result_slots(self, body: dict[str, Any]) -> list[tuple[JsonPath, ToolResult]]:
+        items = body.get("input")
+        return [
+            (("input", index, "output"), _output_result(item))
+            for index, item in enumerate(as_list(items))
+            if isinstance(item, dict) and isinstance(item.get("type"), str) and item["type"] in _ANSWER_TYPES
+        ]
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]

@@ -103,6 +103,8 @@ class ToolResultRecord:
     ran and returned). `known`: matched to a delivered call in the ledger. `resent`: the
     ledger already had this call's result (an agent retrying a request): not counted again.
     `args`/`args_hash`: the arguments of the call it answers, when the ledger knows them.
+    `forwarded`: set when the model got another text than the agent sent (a withheld or
+    redacted result): what the ledger remembers for replay answers, so they never quote more.
     """
 
     call_id: str
@@ -115,6 +117,7 @@ class ToolResultRecord:
     known: bool = False
     resent: bool = False
     args_hash: str = ""
+    forwarded: str | None = None
 
 
 class Wire(Protocol):

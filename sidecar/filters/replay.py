@@ -200,7 +200,7 @@ class ReplayFilter(Filter):
         side_effects = self.traits.side_effects(call.name)
         same = found.same_id
         if same is not None and same.replay_key != found.key:
-            self.metrics.tool_result_anomaly(CALL_ID_REUSED)
+            self.metrics.tool_result_anomaly(CALL_ID_REUSED, call.name)
             log.warning("model reused call id %s for a different %s call", call.id, call.name)
         elif same is not None and check.exchange.origin is Origin.RETRIEVE:
             # A stored response read back hands out the very call delivered before, not a new one.

@@ -1,71 +1,322 @@
-"""Result decisions (phase `tool_result`): what the policy says about a tool result once it
-is matched to its call.
+"""Tool results inspected and decided before the request goes upstream (phase `tool_result`).
 
-The results filter matches each tool result of the agent's request to its call
-(`ex.results`); this filter asks `data.sidecar.result_decision` for each (`on_result`), then
-logs and counts the answer. It does not rewrite the request: withholding a result is not
-implemented here, so a "withhold" decision is logged with `applied: false`.
+Every tool result in the agent's request, history included, is inspected
+(sidecar/inspection: secrets, size, prompt-injection markers for untrusted tools); its
+anomalies (the results filter's structural ones and the inspection's) go to
+`data.sidecar.result_decision`, whose action is applied to the request (`ex.request`), never
+to what the agent keeps:
+
+- `allow`: forwarded as sent;
+- `withhold`: the model gets a notice in place of the content (`withheld_notice`): which
+  tool, that the policy withheld it, and why; nothing of the content;
+- `redact`: the matched spans are replaced (`[REDACTED: secret_in_result]`).
+
+Critical and fail closed: a result that cannot be inspected, or whose decision fails, is
+withheld (logged, counted); anything else that fails refuses the request (503).
+
+The agent re-sends its whole history with every turn, so a result is decided wherever it
+appears, not only when it is new: decisions are remembered per (session, call id, content
+digest) in a bounded memo (`results.remember`, for `results.remember_s` at most, emptied
+when the policy reloads), and a result the memo does not hold is inspected and decided again
+(the same content gets the same anomalies). Only a decision made afresh is logged and
+counted. Repair rounds start from the rewritten request, so they carry the same rewrites.
+
+Rollout modes: `shadow` inspects and decides, logs what would be done (`applied: false`) and
+forwards everything; `off` inspects (the anomalies are still counted) and decides nothing.
+On the MCP path (`on_result`) a `tools/call` result is inspected and decided as it returns
+to the agent, never rewritten there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sidecar.exchange.state import Exchange, ExchangeKey, ToolResultRecord
+import orjson
+from cachetools import TTLCache
+
+from sidecar.config import Settings
+from sidecar.config.settings import ResultSettings
+from sidecar.dialects.base import compact
+from sidecar.exchange.state import Exchange, ToolResultRecord
 from sidecar.filters.policy import PolicyPhase
-from sidecar.policy.engine import Decision
+from sidecar.filters.results import result_text
+from sidecar.inspection import (
+    LOCATED,
+    AnomalyKind,
+    EntropyRules,
+    Inspection,
+    InspectorLimits,
+    KeyRules,
+    ResultInspector,
+    ResultRules,
+)
+from sidecar.inspection import secrets as secret_defaults
+from sidecar.model import CallPath, ToolResult
+from sidecar.policy.engine import Decision, EmbeddedEngine, PolicyEngine, ResultAction
+from sidecar.policy.inputs import SessionCounter
+from sidecar.policy.loader import PolicyLoadError, read_bundle
 from sidecar.telemetry.logs import log_event
+from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.policy")
 
-_DECIDED: ExchangeKey[dict[str, Decision]] = ExchangeKey("policy.result_decisions")
+WITHHELD_STATUS = "withheld"
+_REWRITTEN = {ResultAction.WITHHOLD: "withheld", ResultAction.REDACT: "redacted"}
+
+
+def inspector_from_settings(settings: ResultSettings) -> ResultInspector:
+    keys = KeyRules(
+        tuple(settings.secret_keys or secret_defaults.DEFAULT_SECRET_KEYS),
+        tuple(settings.secret_keys_exact or secret_defaults.DEFAULT_SECRET_KEYS_EXACT),
+        tuple(settings.secret_key_exclusions or secret_defaults.DEFAULT_SECRET_KEY_EXCLUSIONS),
+    )
+    entropy = EntropyRules(
+        settings.entropy, settings.entropy_min_length, settings.entropy_max_length, settings.entropy_max_candidates
+    )
+    return ResultInspector(InspectorLimits(settings.max_inspect_bytes, settings.max_spans, keys, entropy))
+
+
+def result_rules(settings: Settings, engine: PolicyEngine) -> ResultRules:
+    """The rules from the policy data in force; with an OPA server, the local policy files
+    (read once; unreadable: none, logged). Raises MarkerError on markers that cannot be used."""
+    if isinstance(engine, EmbeddedEngine):
+        return ResultRules(engine.data)
+    try:
+        return ResultRules(read_bundle(settings.policies).data)
+    except PolicyLoadError as exc:
+        log.warning(
+            "result inspection: cannot read %s (%s); shipped markers, no untrusted tools", settings.policies, exc
+        )
+        return ResultRules()
+
+
+def withheld_notice(tool: str, reasons: list[str] | tuple[str, ...]) -> str:
+    """What the model reads in place of a withheld result (the structured-error shape)."""
+    return compact(
+        {
+            "status": WITHHELD_STATUS,
+            "tool": tool,
+            "reasons": [f"the result of {tool or 'this tool'} was withheld by the sidecar's policy", *reasons],
+            "retryable": False,
+        }
+    )
+
+
+def content_digest(content: Any) -> bytes:
+    raw = content.encode("utf-8", "surrogatepass") if isinstance(content, str) else orjson.dumps(content)
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class ResultOutcome:
+    """What happens to one result, and why. `inspection` is kept only for a redaction (its
+    spans); `cause`: policy, inspection_failed, decision_failed, unredactable."""
+
+    action: ResultAction
+    anomalies: tuple[str, ...]  # every anomaly the decision saw (the record's and the inspection's)
+    found: tuple[str, ...] = ()  # the inspection's (what the content itself gives)
+    reasons: tuple[str, ...] = ()
+    inspection: Inspection | None = None
+    redact: frozenset[AnomalyKind] = LOCATED
+    rule: str | None = None
+    cause: str = "policy"
+    # Which detectors fired, by kind (names only: for the log line).
+    detectors: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def weight(self) -> int:
+        return 1 + (len(self.inspection.spans) if self.inspection is not None else 0)
+
+
+class ResultMemo:
+    """Outcomes by (session, call id, content digest), for `ttl_s` at most, least recently used
+    out first (a redaction's spans count towards the bound); emptied when the policy reloads."""
+
+    def __init__(self, size: int, ttl_s: float) -> None:
+        self._cache: TTLCache[tuple[str, str, bytes], ResultOutcome] | None = (
+            TTLCache(maxsize=size, ttl=ttl_s, getsizeof=lambda o: o.weight) if size > 0 else None
+        )
+
+    def get(self, key: tuple[str, str, bytes]) -> ResultOutcome | None:
+        return self._cache.get(key) if self._cache is not None else None
+
+    def put(self, key: tuple[str, str, bytes], outcome: ResultOutcome) -> None:
+        if self._cache is not None and outcome.weight <= self._cache.maxsize:
+            self._cache[key] = outcome
+
+    def clear(self) -> None:
+        if self._cache is not None:
+            self._cache.clear()
 
 
 class ResultPolicy(PolicyPhase):
     name = "policy_results"
+    critical = True
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: PolicyEngine,
+        metrics: Metrics,
+        state: SessionCounter | None = None,
+        rules: ResultRules | None = None,
+        inspector: ResultInspector | None = None,
+    ) -> None:
+        super().__init__(settings, engine, metrics, state)
+        self.rules = rules or ResultRules()
+        self.inspector = inspector or inspector_from_settings(settings.results)
+        self.memo = ResultMemo(settings.results.remember, settings.results.remember_s)
+
+    def policy_reloaded(self) -> None:
+        """A new policy (or its data) is in force: decide every result again."""
+        self.memo.clear()
+
+    async def on_request(self, ex: Exchange) -> None:
+        if ex.path is not CallPath.MODEL:
+            return
+        dialect = ex.model_dialect
+        results = dialect.request_results(ex.request)
+        if not results:
+            return
+        records = _aligned(results, ex.results)
+        names = {call.call_id: call.name for call in ex.view.echoed_calls}
+        contents: dict[int, Any] = {}
+        for position, result in enumerate(results):
+            record = records.get(position)
+            named = result.tool_name if isinstance(result.tool_name, str) else None  # a malformed wire name
+            tool = (record.tool if record is not None else None) or names.get(result.call_id) or named or ""
+            outcome = await self.outcome(ex, result, record, tool)
+            if outcome.action is ResultAction.ALLOW or self.mode != "enforce":
+                continue
+            contents[position] = self._rewritten(result, outcome, tool)
+            if record is not None:
+                record.forwarded = result_text(contents[position])
+        if contents:
+            ex.request = dialect.replace_results(ex.request, contents)
 
     async def on_result(self, ex: Exchange, record: ToolResultRecord) -> None:
-        await self.evaluate(ex, record)
+        """MCP: a `tools/call` result on its way back to the agent is inspected and decided,
+        logged and counted with `applied: false`; what the model gets is decided, and applied,
+        when the agent sends the result in its next model request."""
+        if ex.path is not CallPath.MCP:
+            return
+        result = next((r for r in ex.view.results if r.call_id == record.call_id), None)
+        if result is not None:
+            await self.outcome(ex, result, record, record.tool or "", applies=False)
 
-    async def evaluate(self, ex: Exchange, record: ToolResultRecord) -> Decision | None:
-        """Decide one matched result (once per exchange and call; resent results are not)."""
-        decided = ex.setdefault(_DECIDED, dict)
-        if self.mode == "off" or record.call_id in decided or record.resent:
-            return decided.get(record.call_id)
-        document = await self.input_for(ex, record)
+    def _rewritten(self, result: ToolResult, outcome: ResultOutcome, tool: str) -> Any:
+        if outcome.action is ResultAction.REDACT and outcome.inspection is not None:
+            return self.inspector.redact(result.content, outcome.inspection, outcome.redact)
+        return withheld_notice(tool, outcome.reasons)
+
+    async def outcome(
+        self, ex: Exchange, result: ToolResult, record: ToolResultRecord | None, tool: str, applies: bool = True
+    ) -> ResultOutcome:
+        """The remembered outcome for this very result, or a fresh one (then remembered,
+        logged and counted; `applies`: the caller rewrites the result as it says). The record,
+        when there is one, gets the anomalies."""
+        key = (ex.session, result.call_id, content_digest(result.content))
+        remembered = self.memo.get(key)
+        # A record with anomalies of its own that decision did not see (a duplicate of a result
+        # decided earlier in this request) is decided afresh.
+        if remembered is not None and (record is None or set(record.anomalies) <= set(remembered.anomalies)):
+            if record is not None:
+                record.anomalies.extend(k for k in remembered.found if k not in record.anomalies)
+            return remembered
+        outcome = await self._fresh(ex, result, record, tool)
+        if outcome.cause not in ("decision_failed", "inspection_failed"):  # those are tried again next time
+            self.memo.put(key, outcome)
+        self._report(ex, result, record, tool, outcome, applies)
+        return outcome
+
+    async def _fresh(
+        self, ex: Exchange, result: ToolResult, record: ToolResultRecord | None, tool: str
+    ) -> ResultOutcome:
+        structural = list(record.anomalies) if record is not None else []
+        try:
+            inspection = self.inspector.inspect(
+                result.content, result.size, self.rules.profile(tool), self.rules.markers
+            )
+        except Exception as exc:
+            log.exception("inspecting a result of %s failed; it is withheld", tool or "an unknown tool")
+            anomalies = (*structural, AnomalyKind.FAILED.value)
+            if record is not None:
+                record.anomalies.append(AnomalyKind.FAILED.value)
+            reason = f"the sidecar could not inspect this result ({type(exc).__name__})"
+            failed = (AnomalyKind.FAILED.value,)
+            return ResultOutcome(ResultAction.WITHHOLD, anomalies, failed, (reason,), cause="inspection_failed")
+        found = tuple(kind.value for kind in inspection.anomalies if kind.value not in structural)
+        if record is not None:
+            record.anomalies.extend(found)
+        anomalies = (*structural, *found)
+        if self.mode == "off":
+            return ResultOutcome(ResultAction.ALLOW, anomalies, found)
+        decision = await self._decide(ex, result, record, tool, list(anomalies))
+        return replace(_resolve(decision, inspection, anomalies, found), detectors=inspection.detectors())
+
+    async def _decide(
+        self, ex: Exchange, result: ToolResult, record: ToolResultRecord | None, tool: str, anomalies: list[str]
+    ) -> Decision | None:
+        if record is None:  # a result of an earlier turn, re-sent with the history
+            record = ToolResultRecord(result.call_id, tool, result.is_error, result.size, None, anomalies)
+        document = await self.input_for(ex, record, tool)
         started = time.perf_counter()
         try:
             decision = await self.engine.result_decision(document)
-        except Exception as exc:  # never break the request over a result verdict
+        except Exception as exc:  # fail closed: the result is withheld
             log.exception("policy engine raised on a result")
-            decision = Decision(True, [], error=f"{type(exc).__name__}: {exc}")
+            decision = Decision(
+                False, ["the policy engine failed on this result"], error=f"{type(exc).__name__}: {exc}"
+            )
         seconds = time.perf_counter() - started
         if decision is None:  # nothing to say: not a decision, only timed
             self.metrics.policy_evaluation.labels(self.engine.name).observe(seconds)
-            decided[record.call_id] = Decision(True)
-            return decided[record.call_id]
-        decided[record.call_id] = decision
+            return None
         self.metrics.policy_decision(decision.outcome, self.engine.name, seconds, ex.path.value)
-        log_event(
-            "policy_result_decision",
-            level=logging.INFO if decision.allow and decision.error is None else logging.WARNING,
-            log=log,
-            session=ex.session,
-            tool=document["tool"]["name"],
-            call_id=record.call_id,
-            decision=decision.outcome,
-            reasons=decision.reasons,
-            error=decision.error,
-            mode=self.mode,
-            applied=False,
-        )
         return decision
 
-    async def input_for(self, ex: Exchange, record: ToolResultRecord) -> dict[str, Any]:
+    def _report(
+        self,
+        ex: Exchange,
+        result: ToolResult,
+        record: ToolResultRecord | None,
+        tool: str,
+        outcome: ResultOutcome,
+        applies: bool,
+    ) -> None:
+        """A fresh outcome that changes the result: one log line (names and sizes, never
+        content) and, when applied, the per-tool counter."""
+        if outcome.action is ResultAction.ALLOW and not outcome.reasons:
+            return
+        applied = applies and self.mode == "enforce" and outcome.action is not ResultAction.ALLOW
+        log_event(
+            "policy_result_decision",
+            level=logging.INFO if outcome.action is ResultAction.ALLOW else logging.WARNING,
+            log=log,
+            session=ex.session,
+            tool=tool,
+            call_id=result.call_id,
+            action=outcome.action.value,
+            cause=outcome.cause,
+            rule=outcome.rule,
+            anomalies=list(outcome.anomalies),
+            detectors=outcome.detectors,
+            reasons=list(outcome.reasons),
+            bytes=result.size,
+            history=record is None,
+            mode=self.mode,
+            applied=applied,
+        )
+        if applied:
+            self.metrics.tool_result_rewritten(tool, _REWRITTEN[outcome.action])
+
+    async def input_for(self, ex: Exchange, record: ToolResultRecord, tool: str | None = None) -> dict[str, Any]:
         """The `tool_result` input: the call's part of the contract plus `result`."""
-        tool = record.tool or ""
+        tool = tool or record.tool or ""
         declaration = ex.view.declarations.get(tool)
         document = self.input_base(ex, "tool_result", await self.session_counts(ex))
         document["tool"] = {
@@ -81,3 +332,36 @@ class ResultPolicy(PolicyPhase):
             "latency_s": record.latency_s,
         }
         return document
+
+
+def _aligned(results: list[ToolResult], records: list[ToolResultRecord]) -> dict[int, ToolResultRecord]:
+    """The results filter's records by position among `results`: they are the results after
+    the latest model turn, the last ones of the request. {} when they do not line up (that
+    filter failed, or a filter before this one changed the results): every result is then
+    decided as one re-sent with the history."""
+    offset = len(results) - len(records)
+    if offset < 0 or any(results[offset + i].call_id != r.call_id for i, r in enumerate(records)):
+        if records:
+            log.warning("tool results and their matched records do not line up; deciding them without the records")
+        return {}
+    return {offset + i: record for i, record in enumerate(records)}
+
+
+def _resolve(
+    decision: Decision | None, inspection: Inspection, anomalies: tuple[str, ...], found: tuple[str, ...]
+) -> ResultOutcome:
+    if decision is None:
+        return ResultOutcome(ResultAction.ALLOW, anomalies, found)
+    action = decision.result_action()
+    reasons = tuple(decision.reasons)
+    cause = "decision_failed" if decision.error is not None else "policy"
+    if action is ResultAction.REDACT:
+        requested = LOCATED if decision.redact is None else frozenset(k for k in LOCATED if k.value in decision.redact)
+        if inspection.spans_capped or not inspection.spans_of(requested):
+            why = "too many findings to redact" if inspection.spans_capped else "nothing located to redact"
+            reasons += (f"the policy asked for a redaction, which cannot be done ({why}): the result is withheld",)
+            return ResultOutcome(
+                ResultAction.WITHHOLD, anomalies, found, reasons, rule=decision.rule, cause="unredactable"
+            )
+        return ResultOutcome(action, anomalies, found, reasons, inspection, requested, decision.rule, cause)
+    return ResultOutcome(action, anomalies, found, reasons, rule=decision.rule, cause=cause)

@@ -10,6 +10,10 @@ state) has no latency: that is not an error. Structural oddities are anomalies. 
 on the exchange (`ex.results`): every filter then hears each one (`on_result`: metrics,
 traces, the policy's `tool_result` phase). Best-effort: a result the ledger cannot remember
 weakens a later replay answer (no result to quote), never a guarantee.
+
+A result is remembered when the chain hears it (`on_result`, after every `on_request`): by
+then the result policy may have withheld or redacted it, and the ledger remembers what the
+model got (`record.forwarded`), so a replay answer never quotes what was withheld.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from sidecar.dialects.base import compact
 from sidecar.exchange.filters import Filter
-from sidecar.exchange.state import Exchange, ToolResultRecord
+from sidecar.exchange.state import Exchange, ExchangeKey, ToolResultRecord
 from sidecar.filters.replay import CALL_ID_REUSED
 from sidecar.model import ToolResult
 from sidecar.state import StateStore, StateUnavailable
@@ -42,6 +47,19 @@ ERROR_STATUSES = frozenset({"error", "invalid_arguments", "failed"})
 PARTIAL_STATUSES = frozenset({"partial", "incomplete", "truncated"})
 # Results above this size are not parsed for a status (the cost would be paid on every turn).
 _MAX_STATUS_PARSE = 1024 * 1024
+
+
+@dataclass(slots=True)
+class _Remember:
+    """A matched result the ledger is to remember once the chain has heard it."""
+
+    session: str
+    text: str
+    at: float
+
+
+# By id() of the record (records live as long as the exchange).
+_TO_REMEMBER: ExchangeKey[dict[int, _Remember]] = ExchangeKey("results.to_remember")
 
 
 def result_text(content: Any) -> str:
@@ -140,10 +158,7 @@ class ResultMatcher(Filter):
             anomalies.append(TOOL_NAME_MISMATCH)
         resent = call is not None and call.result_at is not None
         latency = max(0.0, arrived - call.delivered_at) if call is not None and not resent else None
-        if not duplicate and not resent and call is not None:
-            with contextlib.suppress(StateUnavailable):  # counted by the store; a replay answer then quotes none
-                await self.store.record_result(exchange.session, result.call_id, text, outcome == "error", arrived)
-        return ToolResultRecord(
+        record = ToolResultRecord(
             call_id=result.call_id,
             tool=tool,
             is_error=outcome == "error",
@@ -155,3 +170,15 @@ class ResultMatcher(Filter):
             resent=resent,
             args_hash=call.args_hash if call is not None else "",
         )
+        if not duplicate and not resent and call is not None:
+            exchange.setdefault(_TO_REMEMBER, dict)[id(record)] = _Remember(exchange.session, text, arrived)
+        return record
+
+    async def on_result(self, exchange: Exchange, record: ToolResultRecord) -> None:
+        pending = exchange.get(_TO_REMEMBER)
+        remember = pending.pop(id(record), None) if pending else None
+        if remember is None:
+            return
+        text = remember.text if record.forwarded is None else record.forwarded
+        with contextlib.suppress(StateUnavailable):  # counted by the store; a replay answer then quotes none
+            await self.store.record_result(remember.session, record.call_id, text, record.is_error, remember.at)

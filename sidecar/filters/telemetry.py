@@ -40,7 +40,7 @@ class TelemetryFilter(Filter):
             path = ex.path_of(record.call_id).value
             self.metrics.tool_result(record.tool or "", outcome, record.latency_s, path)
         for kind in record.anomalies:
-            self.metrics.tool_result_anomaly(kind)
+            self.metrics.tool_result_anomaly(kind, record.tool)
 
     async def on_reply(self, ex: Exchange, reply: Reply) -> None:
         if reply.removed_calls:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -47,6 +48,14 @@ OnError = Literal["deny", "allow"]
 REMEMBERED_ANSWERS = 1024
 
 
+class ResultAction(StrEnum):
+    """What a `tool_result` decision does with the result before the request goes upstream."""
+
+    ALLOW = "allow"  # forwarded as the agent sent it
+    WITHHOLD = "withhold"  # the model gets a notice in place of the content
+    REDACT = "redact"  # the matched spans are replaced
+
+
 @dataclass
 class Decision:
     """The policy's answer for one call (or result). `error` is set when on_error decided."""
@@ -59,6 +68,20 @@ class Decision:
     # Id of the rule that decided, when the policy says (the shipped library does): the
     # decision log and `sidecar policy replay` count flips per rule.
     rule: str | None = None
+    # Phase tool_result only: `action` as the policy wrote it (see `result_action`), and for
+    # `redact` the anomaly kinds whose spans are replaced (None: every located finding).
+    action: str | None = None
+    redact: list[str] | None = None
+
+    def result_action(self) -> ResultAction:
+        """`redact` redacts (whatever `allow` says); otherwise `allow: false`, `withhold` and
+        any action the sidecar does not know withhold (fail closed); `allow: true` with no
+        action or `allow` forwards."""
+        if self.action == ResultAction.REDACT:
+            return ResultAction.REDACT
+        if not self.allow or self.action not in (None, ResultAction.ALLOW):
+            return ResultAction.WITHHOLD
+        return ResultAction.ALLOW
 
     @property
     def outcome(self) -> str:
@@ -78,6 +101,10 @@ class Decision:
         }
         if self.rule is not None:
             out["rule"] = self.rule
+        if self.action is not None:
+            out["action"] = self.action
+        if self.redact is not None:
+            out["redact"] = self.redact
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -112,6 +139,10 @@ def decision_from_value(value: Any) -> Decision:
         retryable=bool(value.get("retryable", False)),
         # Optional: only a string names a rule; anything else is ignored, never an error.
         rule=rule if isinstance(rule := value.get("rule"), str) else None,
+        # Optional (tool_result): an action that is not a string is kept as text, so it reads
+        # as unknown (withhold); a `redact` list that is not strings means every finding.
+        action=None if (action := value.get("action")) is None else str(action),
+        redact=[str(k) for k in kinds] if isinstance(kinds := value.get("redact"), list) else None,
     )
 
 
@@ -597,6 +628,7 @@ __all__ = [
     "PolicyEngine",
     "PolicyLoadError",
     "RegoError",
+    "ResultAction",
     "apply_mode",
     "build_engine",
     "decision_from_value",

@@ -37,6 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from sidecar.inspection.markers import MarkerError, MarkerSet
 from sidecar.policy.loader import package_of, rule_name
 
 _BUILTINS_FILE = Path(__file__).resolve().parent / "builtins.json"
@@ -423,6 +424,7 @@ _TOOL_KEYS: dict[str, str] = {
     "allow": _BOOL,
     "max_calls_per_session": _INT,
     "max_result_bytes": _INT,
+    "untrusted": _BOOL,
     "schema_hash": _STR,
     "schema_pin": _STR,
     "blocked_recipients": _OBJ,
@@ -479,6 +481,8 @@ def lint_data(data: dict[str, Any], where: str = "data.json") -> list[Finding]:
         out.append(Finding(severity, where, 0, 0, f"{path}: {message}"))
 
     sidecar = data.get("sidecar") if isinstance(data, dict) else None
+    if isinstance(sidecar, dict) and "results" in sidecar:
+        _check_results(sidecar["results"], add)
     tools = sidecar.get("tools") if isinstance(sidecar, dict) else None
     if tools is None:
         return out
@@ -504,6 +508,27 @@ def lint_data(data: dict[str, Any], where: str = "data.json") -> list[Finding]:
                         if problem is not None:
                             add(Severity.ERROR, f"{path}.{section}.{list_key}", problem)
     return out
+
+
+_RESULT_KEYS: dict[str, str] = {
+    "block_anomalies": _LIST,
+    "redact_anomalies": _LIST,
+    "max_result_bytes": _INT,
+    "injection_markers": _LIST,
+    "extra_injection_markers": _LIST,
+}
+
+
+def _check_results(results: Any, add: Any) -> None:
+    """`data.sidecar.results`: key types, and markers the inspector can compile (RE2)."""
+    if not isinstance(results, dict):
+        add(Severity.ERROR, "sidecar.results", "must be an object")
+        return
+    _check_keys(results, _RESULT_KEYS, "sidecar.results", add)
+    try:
+        MarkerSet.from_data(results)
+    except MarkerError as exc:
+        add(Severity.ERROR, "sidecar.results", str(exc))
 
 
 def _check_keys(entry: dict[str, Any], keys: dict[str, str], path: str, add: Any) -> None:

@@ -93,6 +93,7 @@ PROBLEMS = frozenset({"type", "required", "unknown_property", "enum", "format", 
 DECISIONS = ("allow", "deny", "approval", "error")
 OUTCOMES = frozenset({"ok", "error"})
 REPLAY_ACTIONS = frozenset({"allowed", "answered"})
+RESULT_ACTIONS = frozenset({"withheld", "redacted"})
 APPROVAL_OUTCOMES = ("approved", "denied", "expired")
 REPAIR_OUTCOMES = ("corrected", "abandoned", "exhausted")
 PROVIDERS = frozenset({"anthropic", "openai", "mcp"})
@@ -384,8 +385,15 @@ class Metrics:
         )
         self.tool_result_anomalies = Counter(
             "sidecar_tool_result_anomalies",
-            "Anomalies found in tool results, by kind.",
-            ["kind"],
+            "Anomalies found in tool results, by tool and kind (sum by (kind) for the totals).",
+            ["tool", "kind"],
+            registry=r,
+        )
+        self.tool_results_rewritten = Counter(
+            "sidecar_tool_results_rewritten",
+            "Tool results the model did not get as the agent sent them, by tool and action "
+            "(withheld: a notice instead; redacted: matched spans replaced).",
+            ["tool", "action"],
             registry=r,
         )
         self.state_errors = Counter(
@@ -659,13 +667,18 @@ class Metrics:
             _bounded(error_type, MCP_ERROR_TYPES),
         ).observe(seconds)
 
-    def tool_result_anomaly(self, kind: str) -> None:
+    def tool_result_anomaly(self, kind: str, tool: str | None = None) -> None:
         """Anomaly kinds come from code, but cap them anyway (32 distinct, then other)."""
         if kind not in self._anomaly_kinds:
             with self._lock:
                 if len(self._anomaly_kinds) < 32 and len(kind) <= 64:
                     self._anomaly_kinds.add(kind)
-        self._child(self.tool_result_anomalies, kind if kind in self._anomaly_kinds else OTHER).inc()
+        kind_label = kind if kind in self._anomaly_kinds else OTHER
+        self._child(self.tool_result_anomalies, self.tools.label(tool), kind_label).inc()
+
+    def tool_result_rewritten(self, tool: str | None, action: str) -> None:
+        """A tool result was rewritten before it went upstream. action: withheld or redacted."""
+        self._child(self.tool_results_rewritten, self.tools.label(tool), _bounded(action, RESULT_ACTIONS)).inc()
 
     def state_error(self, backend: str) -> None:
         self._child(self.state_errors, _bounded(backend, {"memory", "sqlite", "redis"})).inc()

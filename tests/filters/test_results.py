@@ -102,7 +102,10 @@ async def test_anomalies_are_counted_and_kept_for_policy(start_sidecar, model):
     assert [r.known for r in capture.results] == [False, False, False]  # no delivery in this process
     m = await scrape(sidecar.admin_url)
     for kind in ("tool_name_mismatch", "duplicate_result", "unknown_call"):
-        assert m.value("sidecar_tool_result_anomalies_total", kind=kind) == 1
+        assert m.total("sidecar_tool_result_anomalies_total", kind=kind) == 1  # sum by (kind)
+    # By tool: the result's call (or the name it gave); a result answering no call is `other`.
+    assert m.value("sidecar_tool_result_anomalies_total", tool="support_tickets_search", kind="duplicate_result") == 1
+    assert m.value("sidecar_tool_result_anomalies_total", tool="other", kind="unknown_call") == 1
     # Unknown to the ledger (e.g. after a restart): counted, without a latency.
     assert m.value("sidecar_tool_results_total", tool="support_tickets_search", outcome="ok") == 1
     duration = m.value(
@@ -124,7 +127,7 @@ async def test_call_id_reused_with_other_arguments(start_sidecar, model):
     agent.answer({first.call_ids[0]: "[]"})
     await agent.ask(False)
     m = await scrape(sidecar.admin_url)
-    assert m.value("sidecar_tool_result_anomalies_total", kind="call_id_reused") == 1
+    assert m.value("sidecar_tool_result_anomalies_total", tool="support_tickets_search", kind="call_id_reused") == 1
 
 
 async def test_resent_result_is_not_counted_twice(start_sidecar, model):

@@ -177,4 +177,4 @@ async def test_structured_content_that_breaks_the_output_schema_is_an_anomaly(st
             await mcp.call_tool("orders_lookup", {"order_id": "o-1"})
     assert mcp_server.executed("orders_lookup") == [{"order_id": "o-1"}]
     m = await scrape(sidecar.admin_url)
-    assert m.value("sidecar_tool_result_anomalies_total", kind="output_schema_violation") == 1
+    assert m.value("sidecar_tool_result_anomalies_total", tool="orders_lookup", kind="output_schema_violation") == 1

@@ -221,7 +221,12 @@ RESULTS: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = [
             phase="tool_result",
             result={"is_error": False, "bytes": 10, "anomalies": ["truncated"]},
         ),
-        {**ALLOWED, "rule": "result_flagged", "reasons": ["result of support_tickets_search has anomaly truncated"]},
+        {
+            **ALLOWED,
+            "action": "allow",
+            "rule": "result_flagged",
+            "reasons": ["result of support_tickets_search has anomaly truncated"],
+        },
     ),
     (
         "blocked",
@@ -232,10 +237,29 @@ RESULTS: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = [
         ),
         {
             "allow": False,
+            "action": "withhold",
             "rule": "result_blocked",
             "require_approval": None,
             "retryable": False,
             "reasons": ["result of support_tickets_search has anomaly secret_in_result and is withheld from the model"],
+        },
+    ),
+    (
+        "injection marker in an untrusted tool's result",
+        call(
+            "support_tickets_get_context",
+            phase="tool_result",
+            result={"is_error": False, "bytes": 1, "anomalies": ["injection_marker"]},
+        ),
+        {
+            "allow": False,
+            "action": "withhold",
+            "rule": "result_blocked",
+            "require_approval": None,
+            "retryable": False,
+            "reasons": [
+                "result of support_tickets_get_context has anomaly injection_marker and is withheld from the model"
+            ],
         },
     ),
 ]

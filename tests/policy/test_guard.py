@@ -14,8 +14,17 @@ from sidecar.dialects import ANTHROPIC
 from sidecar.exchange.filters import FilterChain
 from sidecar.exchange.state import CallCheck, Exchange, ToolResultRecord
 from sidecar.filters.policy import SESSION_COUNTS, PolicyFilter
-from sidecar.filters.result_policy import ResultPolicy
-from sidecar.model import FieldError, Provider, RequestView, ToolCall, ToolDeclaration, Verdict, VerdictKind
+from sidecar.filters.result_policy import ResultPolicy, result_rules
+from sidecar.model import (
+    FieldError,
+    Provider,
+    RequestView,
+    ToolCall,
+    ToolDeclaration,
+    ToolResult,
+    Verdict,
+    VerdictKind,
+)
 from sidecar.policy import build_engine
 from sidecar.policy.inputs import agent_identity
 from sidecar.telemetry.metrics import Metrics
@@ -133,27 +142,32 @@ async def test_approval_verdict_carries_the_request() -> None:
 async def test_result_decisions_from_matched_records() -> None:
     config = load_settings(flags={"policies": POLICIES}, environ={})
     metrics = Metrics()
-    results = ResultPolicy(config, build_engine(config.policy, config.policies), metrics)
+    engine = build_engine(config.policy, config.policies)
+    results = ResultPolicy(config, engine, metrics, rules=result_rules(config, engine))
     exchange = _exchange("support_tickets_search")
-    records = [
-        ToolResultRecord("r1", "support_tickets_search", False, 10, 0.2, []),
-        ToolResultRecord("r2", "support_tickets_search", False, 100_000, 0.2, []),
-        ToolResultRecord("r3", "support_tickets_search", False, 10, 0.2, ["secret_in_result"]),
-        ToolResultRecord("r4", "crm_export", True, 5, None, ["unknown_call"]),
-        ToolResultRecord("r5", "support_tickets_search", False, 10, 0.2, ["secret_in_result"], resent=True),
+    secret = "db password=Zq8!vR2#kLm"
+    cases = [
+        (ToolResultRecord("r1", "support_tickets_search", False, 10, 0.2, []), "ten bytes."),
+        (ToolResultRecord("r2", "support_tickets_search", False, 100_000, 0.2, []), "x" * 100_000),
+        (ToolResultRecord("r3", "support_tickets_search", False, 10, 0.2, []), secret),
+        (ToolResultRecord("r4", "crm_export", True, 5, None, ["unknown_call"]), "oops"),
     ]
     decided = {}
-    for record in records:
-        decision = await results.evaluate(exchange, record)
-        if decision is not None:
-            decided[record.call_id] = decision
-        assert await results.evaluate(exchange, record) is decision  # each result is decided once
+    for record, content in cases:
+        result = ToolResult(record.call_id, content, record.is_error, size=record.bytes)
+        outcome = await results.outcome(exchange, result, record, record.tool or "")
+        decided[record.call_id] = (outcome.action.value, list(outcome.reasons))
+        # Decided once: the same result again (re-sent with the history) is remembered.
+        assert await results.outcome(exchange, result, None, record.tool or "") is outcome
 
-    assert {k: (d.allow, d.reasons) for k, d in decided.items()} == {
-        "r1": (True, []),
-        "r2": (True, ["result of support_tickets_search is 100000 bytes, above the limit of 65536"]),
-        "r3": (False, ["result of support_tickets_search has anomaly secret_in_result and is withheld from the model"]),
-        "r4": (True, ["result of crm_export has anomaly unknown_call"]),
+    assert decided == {
+        "r1": ("allow", []),
+        "r2": ("allow", ["result of support_tickets_search has anomaly oversized_result (100000 bytes)"]),
+        "r3": (
+            "withhold",
+            ["result of support_tickets_search has anomaly secret_in_result and is withheld from the model"],
+        ),
+        "r4": ("allow", ["result of crm_export has anomaly unknown_call"]),
     }
 
     def count(decision: str) -> float:

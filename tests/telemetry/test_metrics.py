@@ -43,7 +43,8 @@ def _exercise(m: Metrics) -> None:
     m.policy_reload(False)
     m.policy_reload(True)
     m.tool_hidden("search")
-    m.tool_result_anomaly("oversized")
+    m.tool_result_anomaly("oversized_result", "search")
+    m.tool_result_rewritten("search", "withheld")
     m.state_error("redis")
 
 
@@ -80,7 +81,8 @@ def test_every_contract_metric_present_with_type_and_labels() -> None:
         "sidecar_admin_unauthorized_total 1.0",
         "sidecar_policy_reload_failures_total 1.0",
         'sidecar_tools_hidden_total{path="model",tool="search"} 1.0',
-        'sidecar_tool_result_anomalies_total{kind="oversized"} 1.0',
+        'sidecar_tool_result_anomalies_total{kind="oversized_result",tool="search"} 1.0',
+        'sidecar_tool_results_rewritten_total{action="withheld",tool="search"} 1.0',
     ):
         assert extra in text
 

@@ -49,3 +49,23 @@ test_every_tool_visible if {
 	v := sidecar.visible_tools with input as {"phase": "tool_list", "tools": ["a", "b"]}
 	v == {"a", "b"}
 }
+
+result(tool, anomalies) := object.union(call(tool, {}), {"phase": "tool_result", "result": {"is_error": false, "bytes": 10, "anomalies": anomalies}})
+
+test_secret_in_result_withheld if {
+	d := sidecar.result_decision with input as result("anything", ["secret_in_result"])
+	d.action == "withhold"
+	d.rule == "result_blocked"
+}
+
+test_partially_inspected_result_withheld if {
+	d := sidecar.result_decision with input as result("anything", ["oversized_result", "partially_inspected"])
+	d.action == "withhold"
+	d.reasons == ["result of anything has anomaly partially_inspected and is withheld from the model"]
+}
+
+test_possible_secret_and_injection_marker_only_flagged if {
+	d := sidecar.result_decision with input as result("anything", ["possible_secret", "injection_marker"])
+	d.action == "allow"
+	d.rule == "result_flagged"
+}

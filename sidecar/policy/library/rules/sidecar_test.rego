@@ -557,7 +557,7 @@ test_visible_tools_empty_list if {
 	count(v) == 0
 }
 
-# --- result_blocked / result_flagged ----------------------------------------------------
+# --- result_blocked / result_redacted / result_flagged --------------------------------------
 
 result_of(anomalies, size) := object.union(call("search", {}), {"phase": "tool_result", "result": {"is_error": false, "bytes": size, "anomalies": anomalies}})
 
@@ -565,20 +565,47 @@ test_result_with_blocking_anomaly_withheld if {
 	d := sidecar.result_decision with input as result_of(["secret_in_result"], 10)
 		with data.sidecar.results as {"block_anomalies": ["secret_in_result"]}
 	d.allow == false
+	d.action == "withhold"
 	d.rule == "result_blocked"
 	d.reasons == ["result of search has anomaly secret_in_result and is withheld from the model"]
 }
 
+test_result_blocking_wins_over_redacting if {
+	d := sidecar.result_decision with input as result_of(["possible_secret", "secret_in_result"], 10)
+		with data.sidecar.results as {"block_anomalies": ["secret_in_result"], "redact_anomalies": ["possible_secret"]}
+	d.action == "withhold"
+	d.reasons == ["result of search has anomaly secret_in_result and is withheld from the model"]
+}
+
+test_result_redacted_names_the_kinds if {
+	d := sidecar.result_decision with input as result_of(["unknown_call", "possible_secret", "injection_marker"], 10)
+		with data.sidecar.results as {"redact_anomalies": ["possible_secret", "injection_marker"]}
+	d.allow == true
+	d.action == "redact"
+	d.rule == "result_redacted"
+	d.redact == ["possible_secret", "injection_marker"]
+	d.reasons == [
+		"result of search has anomaly possible_secret; the matched text is redacted",
+		"result of search has anomaly injection_marker; the matched text is redacted",
+	]
+}
+
 test_result_anomaly_flagged if {
-	d := sidecar.result_decision with input as result_of(["truncated"], 70000)
-		with data.sidecar.tools as {"search": {"max_result_bytes": 65536}}
+	d := sidecar.result_decision with input as result_of(["unknown_call", "oversized_result"], 70000)
 		with data.sidecar.results as {"block_anomalies": []}
 	d.allow == true
+	d.action == "allow"
 	d.rule == "result_flagged"
 	d.reasons == [
-		"result of search has anomaly truncated",
-		"result of search is 70000 bytes, above the limit of 65536",
+		"result of search has anomaly unknown_call",
+		"result of search has anomaly oversized_result (70000 bytes)",
 	]
+}
+
+test_result_without_results_data_is_only_flagged if {
+	d := sidecar.result_decision with input as result_of(["secret_in_result"], 10) with data.sidecar.results as {}
+	d.action == "allow"
+	d.rule == "result_flagged"
 }
 
 test_clean_result_has_no_decision if {

@@ -206,8 +206,23 @@ test_unlisted_tool_allowed_and_named if {
 	d.rule == "unlisted"
 }
 
+result(tool, anomalies) := object.union(call(tool, {}), {"phase": "tool_result", "result": {"is_error": false, "bytes": 10, "anomalies": anomalies}})
+
 test_secret_in_result_withheld if {
-	inp := object.union(call("support_tickets_search", {}), {"phase": "tool_result", "result": {"is_error": false, "bytes": 10, "anomalies": ["secret_in_result"]}})
-	d := sidecar.result_decision with input as inp
+	d := sidecar.result_decision with input as result("support_tickets_search", ["secret_in_result"])
 	d.rule == "result_blocked"
+	d.action == "withhold"
+}
+
+# Ticket text is written by customers: the search and context tools are `untrusted`, so the
+# sidecar looks for injection markers in their results, and this policy withholds them.
+test_injection_marker_in_ticket_withheld if {
+	d := sidecar.result_decision with input as result("support_tickets_get_context", ["injection_marker"])
+	d.action == "withhold"
+	d.reasons == ["result of support_tickets_get_context has anomaly injection_marker and is withheld from the model"]
+}
+
+test_possible_secret_only_flagged if {
+	d := sidecar.result_decision with input as result("support_tickets_search", ["possible_secret"])
+	d.action == "allow"
 }

@@ -414,31 +414,47 @@ visible_tools contains name if {
 # result_decision (phase tool_result). Undefined when there is nothing to say.
 # ---------------------------------------------------------------------------------------
 
-# Anomalies listed in data.sidecar.results.block_anomalies withhold the result; any other
-# anomaly is only flagged (the result reaches the model, the reasons go to logs and traces).
+# The sidecar inspects every tool result before it goes upstream and lists what it found in
+# input.result.anomalies (secret_in_result, possible_secret, oversized_result above the
+# tool's max_result_bytes, injection_marker for tools marked untrusted, partially_inspected,
+# and the results filter's unknown_call, duplicate_result, tool_name_mismatch). The decision's
+# `action` is applied to the request: "withhold" (the model gets a notice in place of the
+# result), "redact" (the located findings of the kinds in `redact` are replaced), "allow".
+# Anomalies in data.sidecar.results.block_anomalies withhold the result; those in
+# redact_anomalies are redacted; any other anomaly is only flagged (the result reaches the
+# model, the reasons go to the logs).
 default result_block_anomalies := []
 
 result_block_anomalies := data.sidecar.results.block_anomalies
+
+default result_redact_anomalies := []
+
+result_redact_anomalies := data.sidecar.results.redact_anomalies
 
 result_anomalies := a if {
 	a := input.result.anomalies
 } else := []
 
+result_reason(a) := sprintf("result of %s has anomaly %s (%d bytes)", [input.tool.name, a, input.result.bytes]) if {
+	a == "oversized_result"
+} else := sprintf("result of %s has anomaly %v", [input.tool.name, a])
+
 # Rule result_blocked: a result with a blocking anomaly is withheld.
-result_decision := {"allow": false, "reasons": blocked_reasons, "require_approval": null, "retryable": false, "rule": "result_blocked"} if {
-	blocked_reasons := [sprintf("result of %s has anomaly %v and is withheld from the model", [input.tool.name, a]) |
+result_decision := {"allow": false, "action": "withhold", "reasons": blocked_reasons, "require_approval": null, "retryable": false, "rule": "result_blocked"} if {
+	blocked_reasons := [sprintf("%s and is withheld from the model", [result_reason(a)]) |
 		some a in result_anomalies
 		a in result_block_anomalies
 	]
 	count(blocked_reasons) > 0
 
-	# Rule result_flagged: other anomalies, and results above the tool's `max_result_bytes`.
-} else := {"allow": true, "reasons": flagged, "require_approval": null, "retryable": false, "rule": "result_flagged"} if {
-	anomalies := [sprintf("result of %s has anomaly %v", [input.tool.name, a]) | some a in result_anomalies]
-	oversize := [sprintf("result of %s is %d bytes, above the limit of %d", [input.tool.name, input.result.bytes, limit]) |
-		limit := tool_settings.max_result_bytes
-		input.result.bytes > limit
-	]
-	flagged := array.concat(anomalies, oversize)
+	# Rule result_redacted: the located findings of these kinds are replaced, the rest is forwarded.
+} else := {"allow": true, "action": "redact", "redact": kinds, "reasons": reasons, "require_approval": null, "retryable": false, "rule": "result_redacted"} if {
+	kinds := [a | some a in result_anomalies; a in result_redact_anomalies]
+	count(kinds) > 0
+	reasons := [sprintf("%s; the matched text is redacted", [result_reason(a)]) | some a in kinds]
+
+	# Rule result_flagged: any other anomaly; the result reaches the model.
+} else := {"allow": true, "action": "allow", "reasons": flagged, "require_approval": null, "retryable": false, "rule": "result_flagged"} if {
+	flagged := [result_reason(a) | some a in result_anomalies]
 	count(flagged) > 0
 }
