@@ -55,10 +55,28 @@ _KEY_VALUE_RE = re.compile(
 )
 
 
+# Short strings recur on every log line (session ids, model and tool names, outcomes): their
+# redacted form is remembered, bounded by count and length (at most ~1 MiB of text).
+_SHORT = 256
+_SHORT_MAX = 4096
+_short_texts: dict[str, str] = {}
+
+
 def redact_text(text: str) -> str:
     """Replace every credential-shaped substring of `text` by [REDACTED]."""
     if len(text) < 8:
         return text
+    if len(text) > _SHORT:
+        return _redact_text(text)
+    done = _short_texts.get(text)
+    if done is None:
+        if len(_short_texts) >= _SHORT_MAX:
+            _short_texts.clear()
+        done = _short_texts[text] = _redact_text(text)
+    return done
+
+
+def _redact_text(text: str) -> str:
     return _KEY_VALUE_RE.sub(lambda m: m.group(1) + REDACTED, _CREDENTIAL_RE.sub(REDACTED, text))
 
 
@@ -70,14 +88,24 @@ def _norm_key(key: str) -> str:
 class KeyMatcher:
     """Case-insensitive substring match of a key against patterns, ignoring - _ . and spaces."""
 
-    __slots__ = ("_patterns",)
+    __slots__ = ("_patterns", "_answers")
+
+    # Keys seen are remembered (a log line's keys are the same every time), up to this many.
+    MAX_REMEMBERED = 4096
 
     def __init__(self, patterns: Iterable[str]) -> None:
         self._patterns = tuple(p for p in (_norm_key(x) for x in patterns) if p)
+        self._answers: dict[str, bool] = {}
 
     def __call__(self, key: str) -> bool:
-        norm = _norm_key(key)
-        return any(p in norm for p in self._patterns)
+        answer = self._answers.get(key)
+        if answer is None:
+            norm = _norm_key(key)
+            answer = any(p in norm for p in self._patterns)
+            if len(self._answers) >= self.MAX_REMEMBERED:
+                self._answers.clear()
+            self._answers[key] = answer
+        return answer
 
 
 _matchers: dict[tuple[str, ...], KeyMatcher] = {}

@@ -204,6 +204,10 @@ blocked_rule if tool_settings.blocked_recipients != null
 
 blocked_value := arg(blocked_setting("recipient_arg"))
 
+# Parsed once per decision: a rule's value is computed once, a function's on every use (the
+# address helpers run several regexes).
+blocked_address := address(blocked_value)
+
 blocked_on_invalid := s if {
 	s := blocked_setting("on_invalid")
 	s != null
@@ -214,8 +218,8 @@ blocked_problem := data_problem("blocked_recipients", ["recipient_arg", "domains
 	not is_string(blocked_setting("recipient_arg"))
 } else := data_problem("blocked_recipients", ["recipient_arg", "domains"]) if {
 	not is_array(blocked_setting("domains"))
-} else := sprintf("%s %s", [recipient_text(blocked_value), address(blocked_value).problem]) if {
-	address(blocked_value).problem != ""
+} else := sprintf("%s %s", [recipient_text(blocked_value), blocked_address.problem]) if {
+	blocked_address.problem != ""
 } else := ""
 
 # --- Approval thresholds ----------------------------------------------------------------
@@ -257,13 +261,20 @@ recipient_rule if approval_setting("allowed_domains") != null
 
 recipient_value := arg(approval_setting("recipient_arg"))
 
+recipient_address := address(recipient_value)
+
+recipient_listed if {
+	is_array(approval_setting("allowed_domains"))
+	domain_listed(recipient_address.domain, approval_setting("allowed_domains"))
+}
+
 # Why the recipient cannot be compared with the allowed domains ("" when it can).
 recipient_problem := data_problem("approval", ["recipient_arg", "allowed_domains"]) if {
 	not is_string(approval_setting("recipient_arg"))
 } else := data_problem("approval", ["recipient_arg", "allowed_domains"]) if {
 	not is_array(approval_setting("allowed_domains"))
-} else := sprintf("%s %s", [recipient_text(recipient_value), address(recipient_value).problem]) if {
-	address(recipient_value).problem != ""
+} else := sprintf("%s %s", [recipient_text(recipient_value), recipient_address.problem]) if {
+	recipient_address.problem != ""
 } else := ""
 
 # --- Schema pin -------------------------------------------------------------------------
@@ -327,10 +338,10 @@ decision := deny("undeclared", sprintf("tool %s is not declared in this request;
 
 	# Rule blocked_recipient: a recipient at one of `blocked_recipients.domains` is refused
 	# outright: no approval can allow it.
-} else := deny("blocked_recipient", sprintf("%s to an address at %s is refused: that domain is blocked for this tool; use the customer's address on file", [input.tool.name, address(blocked_value).domain]), false) if {
+} else := deny("blocked_recipient", sprintf("%s to an address at %s is refused: that domain is blocked for this tool; use the customer's address on file", [input.tool.name, blocked_address.domain]), false) if {
 	blocked_rule
 	blocked_problem == ""
-	domain_listed(address(blocked_value).domain, blocked_setting("domains"))
+	domain_listed(blocked_address.domain, blocked_setting("domains"))
 
 	# ... and a recipient that cannot be checked gets blocked_recipients.on_invalid.
 } else := deny("blocked_recipient", sprintf("%s: %s", [input.tool.name, blocked_problem]), true) if {
@@ -390,7 +401,7 @@ decision := deny("undeclared", sprintf("tool %s is not declared in this request;
 	# Rule recipient: a recipient outside `approval.allowed_domains` needs approval.
 } else := needs_approval("recipient", sprintf("%s to an address outside %s needs approval by group %s", [input.tool.name, concat(", ", tool_settings.approval.allowed_domains), approval_group])) if {
 	recipient_rule
-	not domain_listed(address(recipient_value).domain, approval_setting("allowed_domains"))
+	not recipient_listed
 
 	# Rule unlisted: unlisted tools that got this far are allowed, and the reason says so, so
 	# the operator can spot them in logs and traces and give them an entry.
