@@ -88,7 +88,7 @@ def _norm_key(key: str) -> str:
 class KeyMatcher:
     """Case-insensitive substring match of a key against patterns, ignoring - _ . and spaces."""
 
-    __slots__ = ("_patterns", "_answers")
+    __slots__ = ("_answers", "_patterns")
 
     # Keys seen are remembered (a log line's keys are the same every time), up to this many.
     MAX_REMEMBERED = 4096

@@ -4,6 +4,7 @@ commands run on the build context .dockerignore lets through."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -112,21 +113,30 @@ def _ignored(path: str, patterns: list[str]) -> bool:
 
 
 def _build_context(target: Path) -> Path:
-    """The files `docker build .` would send: the tracked tree minus .dockerignore."""
+    """The files `docker build .` would send: the working tree minus .dockerignore.
+
+    Walks the tree rather than asking git, as docker does: CI runs on a copy with no `.git`.
+    A directory is skipped whole when it is ignored and no `!` pattern reaches inside it."""
     patterns = [
         line.strip() for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and not line.startswith("#")
     ]
-    tracked = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    for name in tracked:
-        if (REPO / name).is_file() and not _ignored(name, patterns):
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, target / name)
+    reincluded = [p.removeprefix("!").strip("/") for p in patterns if p.startswith("!")]
+    for root, dirs, files in os.walk(REPO):
+        relative = Path(root).relative_to(REPO)
+        dirs[:] = [
+            d
+            for d in dirs
+            if d != ".git"
+            and not (
+                _ignored((relative / d).as_posix(), patterns)
+                and not any(r.startswith((relative / d).as_posix() + "/") for r in reincluded)
+            )
+        ]
+        for name in files:
+            path = (relative / name).as_posix()
+            if not _ignored(path, patterns):
+                (target / path).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / path, target / path)
     return target
 
 
