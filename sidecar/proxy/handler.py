@@ -69,7 +69,7 @@ def _request_object(body: bytes) -> dict[str, Any]:
     return payload
 
 
-def _is_websocket(request: web.Request) -> bool:
+def _is_websocket(request: web.BaseRequest) -> bool:
     """An upgrade to WebSocket (RFC 6455: `Upgrade: websocket`, case-insensitive)."""
     upgrade = request.headers.get("Upgrade", "")
     return "websocket" in upgrade.lower()
@@ -110,7 +110,7 @@ class UpstreamChannel:
 class AiohttpAgent:
     """The runner's way to the agent: one `web.Response`, or one prepared stream."""
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: web.BaseRequest) -> None:
         self.request = request
         self.response: web.StreamResponse | None = None
 
@@ -140,7 +140,7 @@ class AiohttpAgent:
         await self.response.write_eof()
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
+async def read_body(request: web.BaseRequest, limit: int) -> bytes:
     """The whole request body, refused (BodyTooLarge) past `limit` bytes without reading more."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge
@@ -160,7 +160,7 @@ class McpPort(Protocol):
 
     def claims(self, raw_path: str) -> bool: ...
 
-    async def handle(self, request: web.Request) -> web.StreamResponse: ...
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse: ...
 
 
 def error_response(dialect: Dialect, status: int, message: str) -> web.Response:
@@ -189,7 +189,7 @@ class ProxyHandler:
         self._upstream_failed = upstream_failed
         self._passthrough_seen = passthrough
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if self.mcp is not None and self.mcp.claims(request.rel_url.raw_path):
             return await self.mcp.handle(request)
         route = resolve(request.method, request.rel_url.raw_path, request.headers)
@@ -237,7 +237,7 @@ class ProxyHandler:
         self,
         route: Route,
         dialect: Dialect,
-        request: web.Request,
+        request: web.BaseRequest,
         view: RequestView,
         payload: dict[str, Any],
         url: URL,
@@ -259,7 +259,7 @@ class ProxyHandler:
             method=request.method.upper(),
         )
 
-    async def _run(self, ex: Exchange, request: web.Request) -> web.StreamResponse:
+    async def _run(self, ex: Exchange, request: web.BaseRequest) -> web.StreamResponse:
         agent = AiohttpAgent(request)
         await self.runner.run(ex, agent)
         if agent.response is None:  # cannot happen: the runner always answers
@@ -267,7 +267,7 @@ class ProxyHandler:
         return agent.response
 
     async def _retrieve(
-        self, request: web.Request, route: Route, url: URL, headers: CIMultiDict[str]
+        self, request: web.BaseRequest, route: Route, url: URL, headers: CIMultiDict[str]
     ) -> web.StreamResponse:
         """A stored response read back (GET /v1/responses/{id}, the stream resume, POST
         …/cancel): checked like a created one, never repaired. A resumed stream is read from
@@ -287,7 +287,7 @@ class ProxyHandler:
         return await self._run(ex, request)
 
     async def _history(
-        self, request: web.Request, route: Route, url: URL, headers: CIMultiDict[str], body: bytes
+        self, request: web.BaseRequest, route: Route, url: URL, headers: CIMultiDict[str], body: bytes
     ) -> web.StreamResponse:
         """A listing of stored items (input items, conversation items, a compaction): the
         calls the sidecar refused are removed; everything else passes as it came."""
@@ -320,11 +320,11 @@ class ProxyHandler:
         self._refused(reason, path, message)
         return error_response(dialect, status, message)
 
-    async def _read_body(self, request: web.Request) -> bytes:
+    async def _read_body(self, request: web.BaseRequest) -> bytes:
         return await read_body(request, self.settings.max_body_bytes)
 
     async def _passthrough(
-        self, request: web.Request, route: Route, url: URL, headers: CIMultiDict[str], body: bytes
+        self, request: web.BaseRequest, route: Route, url: URL, headers: CIMultiDict[str], body: bytes
     ) -> web.StreamResponse:
         """Forwarded untouched: the path cannot carry a tool call (see docs/coverage.md)."""
         upstream = await self.upstreams.open(request.method, url, headers, body)

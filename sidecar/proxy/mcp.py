@@ -72,7 +72,7 @@ class McpHandler:
         path = unquote(canonical_path(raw_path))
         return path == PREFIX or path.startswith(PREFIX + "/")
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         name = _server_of(request.rel_url.raw_path)
         target = self.targets.get(name) if name is not None else None
         if target is None:
@@ -99,14 +99,14 @@ class McpHandler:
         return agent.response
 
     def _refuse(
-        self, status: int, code: int, reason: RefusalReason, message: str, request: web.Request
+        self, status: int, code: int, reason: RefusalReason, message: str, request: web.BaseRequest
     ) -> web.Response:
         self._refused(reason, request.rel_url.path, message)
         body = wire.dumps(wire.error(None, code, message))
         return web.Response(body=body, status=status, content_type="application/json")
 
     async def _forward(
-        self, request: web.Request, target: Target, headers: Mapping[str, str], body: bytes
+        self, request: web.BaseRequest, target: Target, headers: Mapping[str, str], body: bytes
     ) -> web.StreamResponse:
         """DELETE (a session ends) and methods MCP does not define: as sent, answered as it came."""
         try:
