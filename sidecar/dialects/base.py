@@ -74,9 +74,12 @@ def loads(data: bytes | str) -> Any:
 
 def _check_depth(data: bytes | str, value: Any) -> None:
     """Raise TooDeep if orjson could not write `value` (read from `data`) back."""
-    # A body with few brackets cannot nest deeply: only the rare big one pays for the check.
-    raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+    # A body with few brackets cannot nest deeply: only the rare big one pays for the check
+    # (and a short one, a stream event, cannot hold that many).
+    if len(data) <= MAX_DEPTH:
+        return
+    brackets = data.count(b"[") + data.count(b"{") if isinstance(data, bytes) else data.count("[") + data.count("{")
+    if brackets > MAX_DEPTH:
         try:
             orjson.dumps(value)
         except orjson.JSONEncodeError as exc:

@@ -59,7 +59,7 @@ class SSEParser:
         self._buffer += chunk
         events: list[SSEEvent] = []
         buffer = self._buffer
-        start = 0
+        start = self._whole_events(buffer, events) if b"\r" not in buffer else 0
         size = len(buffer)
         lf = cr = -2  # -2: not searched yet; -1: none left in the buffer
         while start < size:
@@ -86,6 +86,32 @@ class SSEParser:
                 events.append(event)
         self._buffer = buffer[start:]
         return events
+
+    def _whole_events(self, buffer: bytes, events: list[SSEEvent]) -> int:
+        """The common case, one block per event: `field: value` lines ended by LF, then a blank
+        line, starting at an event boundary. Cut block by block (one search each) with the
+        same field rules as `_line`; returns where the blocks end (the rest, and anything
+        else, goes line by line)."""
+        start = 0
+        while not self._raw and not self._has_fields:
+            end = buffer.find(b"\n\n", start)
+            if end <= start:  # no whole block, or a blank line first: line by line
+                break
+            event: str | None = None
+            data: list[str] = []
+            for line in buffer[start:end].split(b"\n"):
+                if line.startswith(b":"):
+                    continue
+                name, _, value = line.partition(b":")
+                if value.startswith(b" "):
+                    value = value[1:]
+                if name == b"data":
+                    data.append(value.decode("utf-8", "replace"))
+                elif name == b"event":
+                    event = value.decode("utf-8", "replace")
+            events.append(SSEEvent(buffer[start : end + 2], event, "\n".join(data)))
+            start = end + 2
+        return start
 
     def flush(self) -> list[SSEEvent]:
         """At end of stream: an unterminated last event still counts (as browsers do not)."""

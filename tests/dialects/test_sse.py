@@ -243,3 +243,38 @@ def test_random_reads_of_the_sample(seed: int) -> None:
         events = parse(data, sizes)
         assert fields(events) == SAMPLE_FIELDS
         assert raw(events) == data
+
+
+class _LineByLine(SSEParser):
+    """The parser without its whole-event fast path: every line goes through `_line`."""
+
+    __slots__ = ()
+
+    def _whole_events(self, buffer: bytes, events: list[SSEEvent]) -> int:
+        return 0
+
+
+_LINE = st.sampled_from(
+    [b"data: x", b"data:y", b"data", b"event: e", b"event:", b": note", b":", b"id: 7", b"", b"retry: 1"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(_LINE, max_size=14),
+    sizes=st.lists(st.integers(min_value=1, max_value=12), min_size=1, max_size=6),
+)
+def test_whole_event_fast_path_agrees_with_line_by_line(lines: list[bytes], sizes: list[int]) -> None:
+    """LF-only streams take the block fast path: same events, same bytes, any chunking."""
+    data = b"\n".join(lines) + b"\n"
+    for chunking in (None, sizes):
+        fast = parse(data, chunking)
+        slow = _LineByLine()
+        reference: list[SSEEvent] = []
+        start, turn = 0, 0
+        while start < len(data):
+            size = len(data) if chunking is None else chunking[turn % len(chunking)]
+            reference += slow.feed(data[start : start + size])
+            start, turn = start + size, turn + 1
+        reference += slow.flush()
+        assert [(e.raw, e.event, e.data) for e in fast] == [(e.raw, e.event, e.data) for e in reference]
