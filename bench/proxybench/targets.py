@@ -1,0 +1,62 @@
+"""Starting the benchmark's processes: the mock, the forwarder, the OTLP sink and the sidecar.
+
+The sidecar runs through its real command line (`sidecar run --config FILE`) with default
+enforcement: argument lockdown, the embedded policy engine, the replay ledger (state in
+memory) and metrics; the only settings are the listen ports, the upstreams (the mock), where
+the rejection log goes, the two tools the mock calls declared read-only (`tools.<name>.
+side_effects: false`, which the sidecar writes into the policy data: the shipped rules then
+allow their replays, since every benchmark request repeats the same conversation) and, for
+`sidecar+tracing`, the OTLP endpoint.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import orjson
+
+from proxybench.bodies import READ_ONLY_TOOLS
+from proxybench.procs import Service, Services, free_port
+
+
+def sidecar_command() -> list[str]:
+    """The installed `sidecar` script next to this interpreter, else the module."""
+    script = Path(sys.executable).with_name("sidecar")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("sidecar")
+    return [found] if found else [sys.executable, "-m", "sidecar.cli"]
+
+
+def sidecar_settings(
+    name: str, mock_url: str, workdir: Path, policies: str, otlp_endpoint: str | None
+) -> tuple[dict[str, object], str, str]:
+    """The YAML settings (JSON is YAML) of one sidecar, its proxy URL and its admin URL."""
+    proxy, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    settings: dict[str, object] = {
+        "listen": proxy,
+        "admin_listen": admin,
+        "anthropic_upstream": mock_url,
+        "openai_upstream": mock_url,
+        "policies": policies,
+        "state": {"backend": "memory"},
+        "rejection_log": {"path": str(workdir / f"{name}-rejections.jsonl")},
+        "tools": {tool: {"side_effects": False} for tool in READ_ONLY_TOOLS},
+    }
+    if otlp_endpoint is not None:
+        settings["telemetry"] = {"otlp_endpoint": otlp_endpoint}
+    return settings, f"http://{proxy}", f"http://{admin}"
+
+
+def start_sidecar(
+    services: Services, name: str, mock_url: str, workdir: Path, policies: str, otlp_endpoint: str | None = None
+) -> Service:
+    settings, proxy_url, admin_url = sidecar_settings(name, mock_url, workdir, policies, otlp_endpoint)
+    config = workdir / f"{name}.yaml"
+    config.write_bytes(orjson.dumps(settings, option=orjson.OPT_INDENT_2))
+    service = services.spawn(name, proxy_url, [*sidecar_command(), "run", "--config", str(config)])
+    service.ready_url = f"{admin_url}/readyz"
+    service.extra["admin"] = admin_url
+    return service

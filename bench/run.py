@@ -1,0 +1,194 @@
+"""One-command benchmark of the sidecar: added latency, throughput and CPU per request, for
+four scenarios (Anthropic and Chat, whole and streamed replies) through four targets.
+
+  direct           the mock provider itself (bench/proxybench/mock.py)
+  forwarder        a bare aiohttp pass-through forwarder: the floor for a Python proxy
+  sidecar          `sidecar run`, default enforcement (lockdown, embedded policy, replay ledger,
+                   metrics), tracing off
+  sidecar+tracing  the same, exporting OTLP/HTTP traces to a loopback sink that drops them
+
+Each runs as its own process on a free loopback port; CPU per request is read from /proc. A
+pre-flight proves that every target returns the model's tool calls unchanged (read by the
+official SDKs) with no repair round, else the run aborts. Then, per scenario: c=1 with the
+targets interleaved request by request (latency, first byte), and a closed loop at c=64 per
+target, back to back (throughput, CPU). The report prints the table, the issue-16 targets
+(met / missed) and the ratios sidecar ÷ forwarder and sidecar ÷ direct; it never fails on
+slow numbers. The machine is shared and noisy: compare within one run, prefer the ratios.
+
+Run: .venv/bin/python bench/run.py [--quick] [--json FILE] [--policies SPEC]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from proxybench import report
+from proxybench.bodies import Api, body_bytes, check_turn
+from proxybench.load import Request, Series, closed_loop, interleaved
+from proxybench.preflight import PreflightError, check_sidecar_metrics, check_target
+from proxybench.procs import Service, Services, StartError
+from proxybench.report import CONCURRENCY, DIRECT, FORWARDER, SCENARIOS, SIDECAR, TARGET_NAMES, TRACED, Measured
+from proxybench.targets import start_sidecar
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Request counts and wall-time caps of one mode (every run stops at whichever comes first)."""
+
+    name: str
+    c1_n: int  # requests per target at c=1
+    c1_max_s: float
+    c1_warmup: int
+    c64_n: int
+    c64_max_s: float
+
+
+QUICK = Plan("quick", c1_n=120, c1_max_s=3.0, c1_warmup=10, c64_n=1200, c64_max_s=1.2)
+FULL = Plan("full", c1_n=1000, c1_max_s=25.0, c1_warmup=50, c64_n=5000, c64_max_s=8.0)
+
+HEADERS = {
+    Api.ANTHROPIC: {"x-api-key": "sk-bench-not-a-key", "anthropic-version": "2023-06-01"},
+    Api.CHAT: {"authorization": "Bearer sk-bench-not-a-key"},
+}
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def machine() -> str:
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    return f"{os.cpu_count()} CPUs, load {' '.join(load)}, Python {platform.python_version()}"
+
+
+async def start_all(services: Services, workdir: Path, policies: str) -> dict[str, Service]:
+    mock = services.bench_server("mock", "mock")
+    mock.ready_url = f"{mock.url}/stats"
+    sink = services.bench_server("otlp-sink", "sink")
+    forwarder = services.bench_server("forwarder", "forwarder", "--upstream", mock.url)
+    forwarder.ready_url = f"{forwarder.url}/stats"  # answered by the mock, through the forwarder
+    plain = start_sidecar(services, SIDECAR, mock.url, workdir, policies)
+    traced = start_sidecar(services, TRACED, mock.url, workdir, policies, otlp_endpoint=sink.url)
+    await asyncio.gather(*(s.wait_ready() for s in (mock, sink, forwarder, plain, traced)))
+    return {DIRECT: mock, FORWARDER: forwarder, SIDECAR: plain, TRACED: traced}
+
+
+async def preflight(targets: dict[str, Service]) -> list[str]:
+    mock = targets[DIRECT]
+    checks: list[str] = []
+    async with aiohttp.ClientSession() as session:
+        for name, service in targets.items():
+            checks += await check_target(session, name, service.url, mock.url)
+        for name in (SIDECAR, TRACED):
+            checks.append(await check_sidecar_metrics(session, name, targets[name].extra["admin"]))
+    return checks
+
+
+async def measure(targets: dict[str, Service], plan: Plan) -> list[Measured]:
+    urls = {name: targets[name].url for name in TARGET_NAMES}
+    cpus = {name: targets[name].cpu for name in TARGET_NAMES}
+    out: list[Measured] = []
+    for scenario in SCENARIOS:
+        api = scenario.api
+        request = Request(api, scenario.stream, body_bytes(api, scenario.stream), HEADERS[api])
+        url_of = {name: f"{base}{api.value}" for name, base in urls.items()}
+        c1 = await interleaved(url_of, request, plan.c1_n, plan.c1_max_s, plan.c1_warmup, cpus)
+        _mock_share(c1)
+        log(f"  {scenario.label}: c=1 done ({c1[DIRECT].completed} requests per target)")
+        c64: dict[str, Series] = {}
+        for name in TARGET_NAMES:
+            c64[name] = await closed_loop(
+                url_of[name], request, CONCURRENCY, plan.c64_n, plan.c64_max_s, 2 * CONCURRENCY, cpus[name]
+            )
+            log(f"  {scenario.label}: c={CONCURRENCY} {name}: {c64[name].rps:.0f} req/s, {c64[name].errors} errors")
+        out.append(Measured(scenario, c1, c64))
+    return out
+
+
+def _mock_share(c1: dict[str, Series]) -> None:
+    """At c=1 the mock serves every target's requests: charge `direct` its share only."""
+    total = sum(series.completed for series in c1.values())
+    direct = c1[DIRECT]
+    if total:
+        direct.cpu_s *= direct.completed / total
+
+
+async def run(plan: Plan, policies: str) -> dict[str, Any]:
+    check_turn()
+    started = time.monotonic()
+    result: dict[str, Any] = {"mode": plan.name, "machine": machine(), "policies": policies}
+    with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as tmp:
+        services = Services(Path(tmp))
+        atexit.register(services.stop_all)
+        try:
+            log("starting mock, OTLP sink, forwarder and two sidecars ...")
+            targets = await start_all(services, Path(tmp), policies)
+            result["pids"] = {name: service.pid for name, service in targets.items()}
+            log("pre-flight ...")
+            try:
+                checks = await preflight(targets)
+            except PreflightError as exc:
+                result["preflight"] = {"passed": False, "error": str(exc)}
+                return result
+            result["preflight"] = {"passed": True, "checks": checks}
+            for line in checks:
+                log(f"  ok  {line}")
+            log(f"measuring ({plan.name}) ...")
+            measured = await measure(targets, plan)
+        finally:
+            services.stop_all()
+    rows = [report.row(m, name) for m in measured for name in TARGET_NAMES]
+    result.update(rows=rows, targets=report.targets(rows), ratios=report.ratios(rows))
+    result["not_measured"] = list(report.NOT_MEASURED)
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small counts, short runs (under a minute)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument(
+        "--policies", default="builtin", help="policy spec for both sidecars (default: builtin; see docs/policies.md)"
+    )
+    args = parser.parse_args()
+    try:
+        result = _run_loop(run(QUICK if args.quick else FULL, args.policies))
+    except StartError as exc:
+        log(f"could not start the benchmark's processes: {exc}")
+        return 2
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    if not result["preflight"]["passed"]:
+        log(f"pre-flight FAILED, nothing measured: {result['preflight']['error']}")
+        return 2
+    print(report.text(result))
+    print(f"\n({result['wall_s']} s; reproduce: .venv/bin/python bench/run.py{' --quick' if args.quick else ''})")
+    return 0
+
+
+def _run_loop(coroutine: Any) -> dict[str, Any]:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        result: dict[str, Any] = asyncio.run(coroutine)
+        return result
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        out: dict[str, Any] = runner.run(coroutine)
+        return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
