@@ -19,6 +19,10 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from proxybench import sink
+from proxybench.forwarder import Forwarder
+from proxybench.load import quantile_ms
+from proxybench.serve import start_server
 
 from sidecar.app import Running, start
 from sidecar.config import load_settings
@@ -45,44 +49,16 @@ def _body(stream: bool) -> bytes:
     )
 
 
-async def _otlp_sink() -> tuple[web.AppRunner, str]:
+async def _otlp_sink() -> tuple[web.BaseRunner, str]:
     """A loopback OTLP/HTTP receiver that accepts and drops everything."""
-
-    async def accept(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(body=b"", content_type="application/x-protobuf")
-
-    app = web.Application()
-    app.router.add_post("/v1/traces", accept)
-    app.router.add_post("/v1/metrics", accept)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    return await start_server(sink.accept)
 
 
-async def _bare_forwarder(upstream: str) -> tuple[web.AppRunner, str]:
+async def _bare_forwarder(upstream: str) -> tuple[web.BaseRunner, Forwarder, str]:
     """The floor: an aiohttp proxy that only forwards (one more loopback hop, no parsing)."""
-    client = aiohttp.ClientSession(auto_decompress=False)
-
-    async def forward(request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        async with client.post(upstream + request.path, data=body, headers=HEADERS) as answer:
-            response = web.StreamResponse(status=answer.status)
-            response.content_type = answer.content_type
-            await response.prepare(request)
-            async for chunk in answer.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-            return response
-
-    app = web.Application()
-    app.router.add_post("/{tail:.*}", forward)
-    app.on_cleanup.append(lambda _app: client.close())
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    forwarder = Forwarder(upstream)
+    runner, url = await start_server(forwarder.handle)
+    return runner, forwarder, url
 
 
 async def _sidecar(model: ScriptedModel, tmp: str, **telemetry: Any) -> Running:
@@ -109,11 +85,6 @@ async def _once(session: aiohttp.ClientSession, base: str, body: bytes) -> float
     return time.perf_counter() - started
 
 
-def _ms(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
-
-
 async def _series(
     session: aiohttp.ClientSession, targets: dict[str, str], n: int, stream: bool, model: ScriptedModel
 ) -> dict[str, list[float]]:
@@ -130,12 +101,12 @@ async def _series(
 
 
 def _report(title: str, series: dict[str, list[float]]) -> dict[str, float]:
-    direct50, direct95 = _ms(series["direct"], 0.5), _ms(series["direct"], 0.95)
+    direct50, direct95 = quantile_ms(series["direct"], 0.5), quantile_ms(series["direct"], 0.95)
     print(f"\n{title} ({len(series['direct'])} requests each)")
     print(f"  {'target':<16}{'p50 ms':>9}{'p95 ms':>9}{'added p50':>11}{'added p95':>11}")
     added: dict[str, float] = {}
     for name, values in series.items():
-        p50, p95 = _ms(values, 0.5), _ms(values, 0.95)
+        p50, p95 = quantile_ms(values, 0.5), quantile_ms(values, 0.95)
         added[name] = p50 - direct50
         extra = "" if name == "direct" else f"{p50 - direct50:>11.3f}{p95 - direct95:>11.3f}"
         print(f"  {name:<16}{p50:>9.3f}{p95:>9.3f}{extra}")
@@ -154,7 +125,7 @@ async def main(n: int, stream_n: int, single_n: int) -> None:
         async with ScriptedModel([]) as model:
             plain = await _sidecar(model, tmp)
             traced = await _sidecar(model, tmp, otlp_endpoint=sink_url, otlp_metrics=True)
-            bare, bare_url = await _bare_forwarder(model.url)
+            bare, forwarder, bare_url = await _bare_forwarder(model.url)
             targets = {
                 "direct": model.url,
                 "bare proxy": bare_url,
@@ -173,6 +144,7 @@ async def main(n: int, stream_n: int, single_n: int) -> None:
                 await plain.stop()
                 await traced.stop()
                 await bare.cleanup()
+                await forwarder.close()
     await sink.cleanup()
     w = statistics.median(whole["sidecar"]) - statistics.median(whole["direct"])
     s = statistics.median(streamed["sidecar"]) - statistics.median(streamed["direct"])
