@@ -369,7 +369,9 @@ class Running:
         log_event("stopped", drained_s=round(time.monotonic() - started, 3))
 
 
-async def start(settings: Settings) -> Running:
+async def start(settings: Settings, *, reuse_port: bool = False) -> Running:
+    """Both ports bound and serving. `reuse_port`: the proxy port is shared with the other
+    workers of `sidecar run --workers N` (SO_REUSEPORT; the kernel spreads connections)."""
     sidecar = Sidecar(settings)
     await sidecar.start()
     runners: list[web.BaseRunner] = []
@@ -391,7 +393,7 @@ async def start(settings: Settings) -> Running:
             await runner.setup()
             runners.append(runner)
             host, port = _split(address)
-            site = web.TCPSite(runner, host, port)
+            site = web.TCPSite(runner, host, port, reuse_port=reuse_port and purpose is PortPurpose.PROXY)
             try:
                 await site.start()
             except OSError as exc:  # names the port: "cannot bind the admin port 127.0.0.1:9477: …"
@@ -407,9 +409,11 @@ async def start(settings: Settings) -> Running:
     return Running(sidecar, runners, urls)
 
 
-async def serve(settings: Settings, ready: Callable[[Running], None] | None = None) -> None:
+async def serve(
+    settings: Settings, ready: Callable[[Running], None] | None = None, *, reuse_port: bool = False
+) -> None:
     """Run until SIGINT/SIGTERM."""
-    running = await start(settings)
+    running = await start(settings, reuse_port=reuse_port)
     # One line with what is in force (policy, state, mode, upstreams, ports), secrets redacted.
     log_event("startup", **startup_fields(settings, running.proxy_url, running.admin_url))
     if ready is not None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sidecar import __version__
@@ -44,6 +43,14 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--admin-token-file", metavar="FILE", help="admin bearer tokens, one a line")
     parser.add_argument("--log-level", choices=_LOG_LEVELS, help="log level of the JSON logs on stderr (default info)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes sharing the proxy port (SO_REUSEPORT), for gateway mode on several cores; more than one "
+        "needs state.backend sqlite or redis (default 1)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -61,48 +68,26 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return load_settings(args.config, flags)
 
 
-# The cyclic collector's default thresholds (700, 10, 10) run a young collection every 700 net
-# allocations: several per request (a 16 KB agent body parses into thousands of objects), each
-# also walking what the request keeps alive. Measured on the shared harness's whole-reply
-# scenario at c=64: 1170 us of CPU per request with the defaults, 950 with these and the
-# start-up heap frozen (no different from the collector off). Request objects are acyclic;
-# cycles (tracebacks, closures) wait a little longer for a collection.
-GC_THRESHOLDS = (7_000, 20, 20)
-
-
-def settle_gc() -> None:
-    """Once serving: what start-up built (modules, policy, schemas) is never collected, and
-    young collections run a tenth as often."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
 def _run(args: argparse.Namespace) -> int:
     from sidecar.app import serve
+    from sidecar.runtime import run_loop, settle_gc
     from sidecar.telemetry.logs import configure_logging
+    from sidecar.workers import Supervisor, check_workers
 
     settings = settings_from_args(args)
+    check_workers(settings, args.workers)
     configure_logging(settings.telemetry.log_level)
     try:
-        run_loop(serve(settings, ready=lambda _running: settle_gc()))
-    except OSError as exc:
+        if args.workers > 1:
+            run_loop(Supervisor(settings, args.workers).run())
+        else:
+            run_loop(serve(settings, ready=lambda _running: settle_gc()))
+    except (OSError, RuntimeError) as exc:
         print(f"sidecar: cannot start: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         pass
     return 0
-
-
-def run_loop(main: Coroutine[Any, Any, None]) -> None:
-    """uvloop when it is installed (a faster event loop and socket transports, in C), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main)
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(main)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -479,6 +479,10 @@ INCONSISTENT = [
     ({"terminationGracePeriodSeconds": 20}, "must exceed the sidecar's drain grace"),
     ({"config": {"shutdown_grace_s": 40}}, "must exceed the sidecar's drain grace"),
     ({"gateway": {"workers": 4}}, "gateway.workers applies to gateway mode only"),
+    (
+        {"mode": "gateway", "gateway": {"replicas": 1, "autoscaling": {"enabled": False}, "workers": 2}},
+        "gateway.workers above 1 needs state.backend=sqlite or redis",
+    ),
 ]
 
 

@@ -158,6 +158,9 @@ checksum/agent-sidecar-config: {{ include "agent-sidecar.configYaml" . | sha256s
 {{- if and (eq .Values.mode "gateway") (eq .Values.state.backend "memory" "sqlite") (or .Values.gateway.autoscaling.enabled (gt (int .Values.gateway.replicas) 1)) -}}
 {{- fail (printf "gateway mode with more than one replica needs state.backend=redis (with state.redis.existingSecret): with %s state, each replica keeps its own replay ledger and approvals" .Values.state.backend) -}}
 {{- end -}}
+{{- if and (eq .Values.mode "gateway") (eq .Values.state.backend "memory") (gt (int .Values.gateway.workers) 1) -}}
+{{- fail "gateway.workers above 1 needs state.backend=sqlite or redis: with memory state, each worker process keeps its own replay ledger and approvals" -}}
+{{- end -}}
 {{- if and (eq .Values.mode "sidecar") (gt (int .Values.gateway.workers) 1) -}}
 {{- fail "gateway.workers applies to gateway mode only: a sidecar serves one agent" -}}
 {{- end -}}
