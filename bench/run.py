@@ -6,6 +6,8 @@ four scenarios (Anthropic and Chat, whole and streamed replies) through four tar
   sidecar          `sidecar run`, default enforcement (lockdown, embedded policy, replay ledger,
                    metrics), tracing off
   sidecar+tracing  the same, exporting OTLP/HTTP traces to a loopback sink that drops them
+  sidecar-wN       `sidecar run --workers N` (state in SQLite, which workers need), at c=64 only:
+                   how throughput scales with worker processes (--workers, default 2; 1 skips it)
 
 Each runs as its own process on a free loopback port; CPU per request is read from /proc. A
 pre-flight proves that every target returns the model's tool calls unchanged (read by the
@@ -15,7 +17,7 @@ target, back to back (throughput, CPU). The report prints the table, the issue-1
 (met / missed) and the ratios sidecar ÷ forwarder and sidecar ÷ direct; it never fails on
 slow numbers. The machine is shared and noisy: compare within one run, prefer the ratios.
 
-Run: .venv/bin/python bench/run.py [--quick] [--json FILE] [--policies SPEC]
+Run: .venv/bin/python bench/run.py [--quick] [--json FILE] [--policies SPEC] [--workers N]
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs, load {' '.join(load)}, Python {platform.python_version()}"
 
 
-async def start_all(services: Services, workdir: Path, policies: str) -> dict[str, Service]:
+async def start_all(services: Services, workdir: Path, policies: str, workers: int) -> dict[str, Service]:
     mock = services.bench_server("mock", "mock")
     mock.ready_url = f"{mock.url}/stats"
     sink = services.bench_server("otlp-sink", "sink")
@@ -81,8 +83,26 @@ async def start_all(services: Services, workdir: Path, policies: str) -> dict[st
     forwarder.ready_url = f"{forwarder.url}/stats"  # answered by the mock, through the forwarder
     plain = start_sidecar(services, SIDECAR, mock.url, workdir, policies)
     traced = start_sidecar(services, TRACED, mock.url, workdir, policies, otlp_endpoint=sink.url)
-    await asyncio.gather(*(s.wait_ready() for s in (mock, sink, forwarder, plain, traced)))
-    return {DIRECT: mock, FORWARDER: forwarder, SIDECAR: plain, TRACED: traced}
+    started = {DIRECT: mock, FORWARDER: forwarder, SIDECAR: plain, TRACED: traced}
+    if workers > 1:
+        started[report.scaled_name(workers)] = start_sidecar(
+            services, report.scaled_name(workers), mock.url, workdir, policies, workers=workers
+        )
+    await asyncio.gather(*(s.wait_ready() for s in (sink, *started.values())))
+    if workers > 1:
+        await _all_workers_ready(started[report.scaled_name(workers)], workers)
+    return started
+
+
+async def _all_workers_ready(service: Service, workers: int) -> None:
+    """The supervisor is ready with one worker; measure with all of them."""
+    async with aiohttp.ClientSession() as session:
+        for _ in range(600):
+            async with session.get(service.ready_url) as response:
+                if len((await response.json()).get("workers", {})) == workers:
+                    return
+            await asyncio.sleep(0.1)
+    raise StartError(f"{service.name}: not every worker became ready:\n{service.log_tail()}")
 
 
 async def preflight(targets: dict[str, Service]) -> list[str]:
@@ -91,7 +111,9 @@ async def preflight(targets: dict[str, Service]) -> list[str]:
     async with aiohttp.ClientSession() as session:
         for name, service in targets.items():
             checks += await check_target(session, name, service.url, mock.url)
-        for name in (SIDECAR, TRACED):
+        for name in targets:
+            if name in (DIRECT, FORWARDER):
+                continue
             checks.append(await check_sidecar_metrics(session, name, targets[name].extra["admin"]))
     return checks
 
@@ -113,6 +135,17 @@ async def measure(targets: dict[str, Service], plan: Plan) -> list[Measured]:
                 url_of[name], request, CONCURRENCY, plan.c64_n, plan.c64_max_s, 2 * CONCURRENCY, cpus[name]
             )
             log(f"  {scenario.label}: c={CONCURRENCY} {name}: {c64[name].rps:.0f} req/s, {c64[name].errors} errors")
+        for name in set(targets) - set(TARGET_NAMES):  # the workers' sidecar: throughput only
+            c64[name] = await closed_loop(
+                targets[name].url + api.value,
+                request,
+                CONCURRENCY,
+                plan.c64_n,
+                plan.c64_max_s,
+                2 * CONCURRENCY,
+                targets[name].cpu,
+            )
+            log(f"  {scenario.label}: c={CONCURRENCY} {name}: {c64[name].rps:.0f} req/s, {c64[name].errors} errors")
         out.append(Measured(scenario, c1, c64))
     return out
 
@@ -125,7 +158,7 @@ def _mock_share(c1: dict[str, Series]) -> None:
         direct.cpu_s *= direct.completed / total
 
 
-async def run(plan: Plan, policies: str) -> dict[str, Any]:
+async def run(plan: Plan, policies: str, workers: int) -> dict[str, Any]:
     check_turn()
     started = time.monotonic()
     result: dict[str, Any] = {"mode": plan.name, "machine": machine(), "policies": policies}
@@ -134,7 +167,7 @@ async def run(plan: Plan, policies: str) -> dict[str, Any]:
         atexit.register(services.stop_all)
         try:
             log("starting mock, OTLP sink, forwarder and two sidecars ...")
-            targets = await start_all(services, Path(tmp), policies)
+            targets = await start_all(services, Path(tmp), policies, workers)
             result["pids"] = {name: service.pid for name, service in targets.items()}
             log("pre-flight ...")
             try:
@@ -151,6 +184,7 @@ async def run(plan: Plan, policies: str) -> dict[str, Any]:
             services.stop_all()
     rows = [report.row(m, name) for m in measured for name in TARGET_NAMES]
     result.update(rows=rows, targets=report.targets(rows), ratios=report.ratios(rows))
+    result["scaling"] = report.scaling(measured, workers) if workers > 1 else []
     result["not_measured"] = list(report.NOT_MEASURED)
     result["wall_s"] = round(time.monotonic() - started, 1)
     return result
@@ -163,9 +197,12 @@ def main() -> int:
     parser.add_argument(
         "--policies", default="builtin", help="policy spec for both sidecars (default: builtin; see docs/policies.md)"
     )
+    parser.add_argument(
+        "--workers", type=int, default=2, metavar="N", help="also measure `sidecar run --workers N` at c=64 (1: skip)"
+    )
     args = parser.parse_args()
     try:
-        result = _run_loop(run(QUICK if args.quick else FULL, args.policies))
+        result = _run_loop(run(QUICK if args.quick else FULL, args.policies, args.workers))
     except StartError as exc:
         log(f"could not start the benchmark's processes: {exc}")
         return 2

@@ -54,7 +54,8 @@ class Service:
         return self.proc.pid
 
     def cpu(self) -> float:
-        return cpu_seconds(self.pid)
+        """The process and its children (the workers of `sidecar run --workers N`)."""
+        return sum(cpu_seconds(pid) for pid in _tree(self.pid))
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -124,6 +125,20 @@ class Services:
         for service in reversed(self.started):
             service.stop()
         self.started.clear()
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and its descendants, from /proc/<pid>/task/<tid>/children; gone processes skipped."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            try:
+                pending += [int(child) for child in task.read_text().split()]
+            except OSError:
+                continue
+    return found
 
 
 def _environment(extra: dict[str, str]) -> dict[str, str]:

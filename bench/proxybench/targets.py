@@ -31,7 +31,7 @@ def sidecar_command() -> list[str]:
 
 
 def sidecar_settings(
-    name: str, mock_url: str, workdir: Path, policies: str, otlp_endpoint: str | None
+    name: str, mock_url: str, workdir: Path, policies: str, otlp_endpoint: str | None, workers: int = 1
 ) -> tuple[dict[str, object], str, str]:
     """The YAML settings (JSON is YAML) of one sidecar, its proxy URL and its admin URL."""
     proxy, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -47,16 +47,25 @@ def sidecar_settings(
     }
     if otlp_endpoint is not None:
         settings["telemetry"] = {"otlp_endpoint": otlp_endpoint}
+    if workers > 1:  # workers agree through shared state (the sidecar refuses memory then)
+        settings["state"] = {"backend": "sqlite", "sqlite_path": str(workdir / f"{name}-state.db")}
     return settings, f"http://{proxy}", f"http://{admin}"
 
 
 def start_sidecar(
-    services: Services, name: str, mock_url: str, workdir: Path, policies: str, otlp_endpoint: str | None = None
+    services: Services,
+    name: str,
+    mock_url: str,
+    workdir: Path,
+    policies: str,
+    otlp_endpoint: str | None = None,
+    workers: int = 1,
 ) -> Service:
-    settings, proxy_url, admin_url = sidecar_settings(name, mock_url, workdir, policies, otlp_endpoint)
+    settings, proxy_url, admin_url = sidecar_settings(name, mock_url, workdir, policies, otlp_endpoint, workers)
     config = workdir / f"{name}.yaml"
     config.write_bytes(orjson.dumps(settings, option=orjson.OPT_INDENT_2))
-    service = services.spawn(name, proxy_url, [*sidecar_command(), "run", "--config", str(config)])
+    scale = ["--workers", str(workers)] if workers > 1 else []
+    service = services.spawn(name, proxy_url, [*sidecar_command(), "run", "--config", str(config), *scale])
     service.ready_url = f"{admin_url}/readyz"
     service.extra["admin"] = admin_url
     return service

@@ -32,7 +32,7 @@ def _numeric(value: object) -> bool:
 def test_quick_run_reports_every_row_and_target(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, "bench/run.py", "--quick", "--json", str(out)],
+        [sys.executable, "bench/run.py", "--quick", "--workers", "2", "--json", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -44,7 +44,7 @@ def test_quick_run_reports_every_row_and_target(tmp_path: Path) -> None:
     assert result["mode"] == "quick"
     assert result["preflight"]["passed"] is True
     checks = result["preflight"]["checks"]
-    assert len(checks) == 4 * 4 + 2, checks  # 4 targets x 4 scenarios, and both sidecars' metrics
+    assert len(checks) == 5 * 4 + 3, checks  # 5 targets x 4 scenarios, and the three sidecars' metrics
 
     rows = {(r["scenario"], r["target"]): r for r in result["rows"]}
     assert set(rows) == {(s, t) for s in SCENARIOS for t in TARGETS}
@@ -61,7 +61,14 @@ def test_quick_run_reports_every_row_and_target(tmp_path: Path) -> None:
         (s, t) for s in SCENARIOS for t in ("sidecar", "sidecar+tracing")
     }
 
+    scaling = {q["scenario"]: q for q in result["scaling"]}
+    assert set(scaling) == SCENARIOS
+    for q in scaling.values():
+        assert q["workers"] == 2 and q["errors"] == 0
+        assert all(_numeric(q[k]) for k in ("rps_one_process", "rps_workers", "speedup", "cpu_us_per_request_workers"))
+
     # The printed report carries the same: the table, one met/missed line per target.
     assert "req/s c=64" in done.stdout
     lines = [line.split()[0] for line in done.stdout.splitlines() if ", c=" in line or "CPU per request" in line]
     assert len(lines) == 16 and set(lines) <= {"met", "missed"}, done.stdout
+    assert "`sidecar run --workers 2` (SQLite state) against one process" in done.stdout
