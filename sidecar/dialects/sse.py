@@ -46,7 +46,7 @@ KEEPALIVE_COMMENT = b": keepalive\n\n"
 class SSEParser:
     """Feed it bytes as they arrive; it returns whole events (WHATWG field rules)."""
 
-    __slots__ = ("_buffer", "_data", "_event", "_has_fields", "_raw")
+    __slots__ = ("_buffer", "_data", "_event", "_has_fields", "_raw", "_scanned")
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -54,12 +54,27 @@ class SSEParser:
         self._event: str | None = None
         self._data: list[str] = []
         self._has_fields = False
+        # A partial event kept whole in `_buffer` (waiting for its blank line): the bytes
+        # before this index hold no CR and no blank line, so they are not searched again.
+        self._scanned = 0
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        return self._feed(chunk, final=False)
+
+    def _feed(self, chunk: bytes, final: bool) -> list[SSEEvent]:
         self._buffer += chunk
         events: list[SSEEvent] = []
         buffer = self._buffer
-        start = self._whole_events(buffer, events) if b"\r" not in buffer else 0
+        scanned, self._scanned = self._scanned, 0
+        start = 0
+        if buffer.find(b"\r", scanned) == -1:
+            start, partial = self._whole_events(buffer, events, scanned)
+            if partial and not final:
+                # The rest is the start of the next event: keep it whole for the next read (cut
+                # line by line it would send every later read of the stream line by line too).
+                self._buffer = buffer[start:]
+                self._scanned = max(0, len(self._buffer) - 1)
+                return events
         size = len(buffer)
         lf = cr = -2  # -2: not searched yet; -1: none left in the buffer
         while start < size:
@@ -87,19 +102,32 @@ class SSEParser:
         self._buffer = buffer[start:]
         return events
 
-    def _whole_events(self, buffer: bytes, events: list[SSEEvent]) -> int:
+    def _whole_events(self, buffer: bytes, events: list[SSEEvent], scanned: int) -> tuple[int, bool]:
         """The common case, one block per event: `field: value` lines ended by LF, then a blank
         line, starting at an event boundary. Cut block by block (one search each) with the
-        same field rules as `_line`; returns where the blocks end (the rest, and anything
-        else, goes line by line)."""
+        same field rules as `_line`. Returns where the blocks end, and whether the rest is the
+        beginning of one more such event (no blank line yet); anything else goes line by line."""
         start = 0
         while not self._raw and not self._has_fields:
-            end = buffer.find(b"\n\n", start)
-            if end <= start:  # no whole block, or a blank line first: line by line
+            end = buffer.find(b"\n\n", max(start, scanned))
+            if end == -1:
+                return start, start < len(buffer) and buffer[start] != 0x0A
+            if end <= start:  # a blank line first: line by line
                 break
-            event: str | None = None
+            block = buffer[start:end]
+            if (
+                block.startswith(b"event: ")
+                and block.count(b"\n") == 1
+                and block.startswith(b"data: ", nl := block.find(b"\n") + 1)
+            ):
+                # `event: NAME` then `data: JSON`, the providers' own framing
+                event: str | None = block[7 : nl - 1].decode("utf-8", "replace")
+                events.append(SSEEvent(buffer[start : end + 2], event, block[nl + 6 :].decode("utf-8", "replace")))
+                start = end + 2
+                continue
+            event = None
             data: list[str] = []
-            for line in buffer[start:end].split(b"\n"):
+            for line in block.split(b"\n"):
                 if line.startswith(b":"):
                     continue
                 name, _, value = line.partition(b":")
@@ -111,11 +139,11 @@ class SSEParser:
                     event = value.decode("utf-8", "replace")
             events.append(SSEEvent(buffer[start : end + 2], event, "\n".join(data)))
             start = end + 2
-        return start
+        return start, False
 
     def flush(self) -> list[SSEEvent]:
         """At end of stream: an unterminated last event still counts (as browsers do not)."""
-        events = self.feed(b"")
+        events = self._feed(b"", final=True)
         if self._buffer:
             # The last line: a CR at the very end is its line end (no LF can follow any more).
             line, self._buffer = self._buffer, b""

@@ -250,12 +250,15 @@ class _LineByLine(SSEParser):
 
     __slots__ = ()
 
-    def _whole_events(self, buffer: bytes, events: list[SSEEvent]) -> int:
-        return 0
+    def _whole_events(self, buffer: bytes, events: list[SSEEvent], scanned: int) -> tuple[int, bool]:
+        return 0, False
 
 
 _LINE = st.sampled_from(
-    [b"data: x", b"data:y", b"data", b"event: e", b"event:", b": note", b":", b"id: 7", b"", b"retry: 1"]
+    [
+        *(b"data: x", b"data:y", b"data", b"event: e", b"event:", b": note", b":", b"id: 7", b"", b"retry: 1"),
+        *(b"data:  two", b'data: {"k": 1}', b"event: a:b", b"event:  pad", b"event: ", b"data: "),
+    ]
 )
 
 
