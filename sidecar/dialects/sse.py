@@ -125,6 +125,10 @@ class SSEParser:
                 events.append(SSEEvent(buffer[start : end + 2], event, block[nl + 6 :].decode("utf-8", "replace")))
                 start = end + 2
                 continue
+            if block.startswith(b"data: ") and b"\n" not in block:  # a lone `data: JSON` line
+                events.append(SSEEvent(buffer[start : end + 2], None, block[6:].decode("utf-8", "replace")))
+                start = end + 2
+                continue
             event = None
             data: list[str] = []
             for line in block.split(b"\n"):
