@@ -37,6 +37,19 @@ class ExchangeKey(Generic[T]):
         return f"ExchangeKey({self.name!r})"
 
 
+@dataclass(frozen=True, slots=True)
+class ResultRewrite:
+    """What the agent gets in place of an MCP `tools/call` result the result policy withheld or
+    redacted: the withheld notice, and for a redaction the redacted content (None: withheld)."""
+
+    notice: str
+    redacted: Any = None
+
+
+# Set by the result policy on an MCP exchange, read by the MCP runner as it answers the client.
+RESULT_REWRITE: ExchangeKey[ResultRewrite] = ExchangeKey("results.mcp_rewrite")
+
+
 class Action(StrEnum):
     """What was done with one checked call."""
 

@@ -23,8 +23,8 @@ counted. Repair rounds start from the rewritten request, so they carry the same 
 
 Rollout modes: `shadow` inspects and decides, logs what would be done (`applied: false`) and
 forwards everything; `off` inspects (the anomalies are still counted) and decides nothing.
-On the MCP path (`on_result`) a `tools/call` result is inspected and decided as it returns
-to the agent, never rewritten there.
+On the MCP path (`on_answered`) a `tools/call` result is inspected and decided as it returns
+to the agent, and the MCP runner applies the decision (`RESULT_REWRITE`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from cachetools import TTLCache
 from sidecar.config import Settings
 from sidecar.config.settings import ResultSettings
 from sidecar.dialects.base import compact
-from sidecar.exchange.state import Exchange, ToolResultRecord
+from sidecar.exchange.state import RESULT_REWRITE, Exchange, ResultRewrite, ToolResultRecord
 from sidecar.filters.policy import PolicyPhase
 from sidecar.filters.results import result_text
 from sidecar.inspection import (
@@ -198,15 +198,27 @@ class ResultPolicy(PolicyPhase):
         if contents:
             ex.request = dialect.replace_results(ex.request, contents)
 
-    async def on_result(self, ex: Exchange, record: ToolResultRecord) -> None:
-        """MCP: a `tools/call` result on its way back to the agent is inspected and decided,
-        logged and counted with `applied: false`; what the model gets is decided, and applied,
-        when the agent sends the result in its next model request."""
+    async def on_answered(self, ex: Exchange) -> None:
+        """MCP: a `tools/call` result on its way back to the agent is inspected and decided as
+        on the model path, and the decision applied there (the MCP runner sends the client the
+        notice or the redacted content, `RESULT_REWRITE`): the agent, and the model after it,
+        never get a withheld result. Here, before `on_result`, so every filter that hears the
+        result hears its anomalies (metrics, the ledger); the same result re-sent to the model
+        is remembered."""
         if ex.path is not CallPath.MCP:
             return
-        result = next((r for r in ex.view.results if r.call_id == record.call_id), None)
-        if result is not None:
-            await self.outcome(ex, result, record, record.tool or "", applies=False)
+        for record in ex.results:
+            result = next((r for r in ex.view.results if r.call_id == record.call_id), None)
+            if result is None:
+                continue
+            tool = record.tool or ""
+            outcome = await self.outcome(ex, result, record, tool)
+            if outcome.action is ResultAction.ALLOW or self.mode != "enforce":
+                continue
+            redacted = None
+            if outcome.action is ResultAction.REDACT and outcome.inspection is not None:
+                redacted = self.inspector.redact(result.content, outcome.inspection, outcome.redact)
+            ex.put(RESULT_REWRITE, ResultRewrite(withheld_notice(tool, outcome.reasons), redacted))
 
     def _rewritten(self, result: ToolResult, outcome: ResultOutcome, tool: str) -> Any:
         if outcome.action is ResultAction.REDACT and outcome.inspection is not None:

@@ -42,7 +42,7 @@ from sidecar.exchange.enforce import let_through_observed
 from sidecar.exchange.filters import FilterChain, FilterFailed, failed_check_verdict
 from sidecar.exchange.legs import Ambiguous, Execute, FinalRefusal, LegIndex, Repeat
 from sidecar.exchange.runner import AgentPort, Refused, UpstreamAnswer, UpstreamError, read_bounded
-from sidecar.exchange.state import Action, CallCheck, EarlierLeg, End, Exchange, McpFacts, Outcome
+from sidecar.exchange.state import RESULT_REWRITE, Action, CallCheck, EarlierLeg, End, Exchange, McpFacts, Outcome
 from sidecar.mcp import wire
 from sidecar.mcp.catalog import Catalog, Listing, caller_key, is_first_page
 from sidecar.mcp.outputs import OutputCheck
@@ -572,27 +572,31 @@ class McpRunner:
             return message.raw
         result = message.result
         if pending.call is not None:
-            error_type = await self._call_answered(pending.call, message, result)
-        elif pending.listing and result is not None:
+            error_type, replaced = await self._call_answered(pending.call, message, result)
+            self._operation(post, pending.message.method, error_type, pending.started)
+            return message.raw if replaced is None else {**message.raw, "result": replaced}
+        if pending.listing and result is not None:
             rewritten = await self._list_answered(post, pending, message, result)
             self._operation(
                 post, pending.message.method, "none" if rewritten is not None else "jsonrpc", pending.started
             )
             return rewritten if rewritten is not None else _internal_error(message.id)
-        else:
-            error_type = "none" if result is not None else "jsonrpc"
-        self._operation(post, pending.message.method, error_type, pending.started)
+        self._operation(post, pending.message.method, "none" if result is not None else "jsonrpc", pending.started)
         return message.raw
 
-    async def _call_answered(self, leg: _CallLeg, message: Message, result: dict[str, Any] | None) -> str:
+    async def _call_answered(
+        self, leg: _CallLeg, message: Message, result: dict[str, Any] | None
+    ) -> tuple[str, dict[str, Any] | None]:
+        """The call's result read, matched and decided: its error type, and the result the
+        client gets instead when the result policy withheld or redacted it."""
         ex, call = leg.ex, leg.check.call
         if result is None:
             await self._finish(leg, Outcome.FAILED, 200, "the MCP server answered with a JSON-RPC error")
-            return "jsonrpc"
+            return "jsonrpc", None
         if wire.is_input_required(result):  # not the result yet: its retry is the same call
             self._remember_input(ex, call)
             await self._finish(leg, Outcome.DONE, 200, None)
-            return "none"
+            return "none", None
         declaration = ex.view.declarations.get(call.name)
         size = len(wire.dumps(result))
         tool_result = wire.tool_result(call, result, size, self.outputs.anomalies(declaration, result))
@@ -600,7 +604,12 @@ class McpRunner:
         ex.view.echoed_calls = [EchoedCall(call.id, call.name, call.arguments)]
         await self.chain.answered(ex)
         await self._finish(leg, Outcome.DONE, 200, None)
-        return "tool_error" if tool_result.is_error else "none"
+        error_type = "tool_error" if tool_result.is_error else "none"
+        rewrite = ex.get(RESULT_REWRITE)
+        if rewrite is None:
+            return error_type, None
+        version = ex.mcp.protocol_version if ex.mcp is not None else None
+        return error_type, wire.rewritten_result(result, rewrite, version)
 
     def _remember_input(self, ex: Exchange, call: ToolCall) -> None:
         if len(self._awaiting_input) >= _AWAITING_INPUT_MAX:

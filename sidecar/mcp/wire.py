@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import orjson
 
 from sidecar.dialects.base import MAX_DEPTH, TooDeep, as_dict, as_list, compact, loads
+from sidecar.exchange.state import ResultRewrite
 from sidecar.model import ToolCall, ToolDeclaration, ToolResult, Verdict
 
 JSONRPC = "2.0"
@@ -256,12 +257,49 @@ def is_input_required(result: dict[str, Any]) -> bool:
 
 
 def tool_result(call: ToolCall, result: dict[str, Any], size: int, anomalies: tuple[str, ...] = ()) -> ToolResult:
-    """A CallToolResult as a ToolResult: its content blocks, `isError`, and structured content
-    when that is all there is."""
+    """A CallToolResult as a ToolResult: its content blocks, `isError`, and the structured
+    content as one more text block (both are read by the client, so both are inspected)."""
     content: Any = result.get("content")
-    if not content and "structuredContent" in result:
-        content = compact(result["structuredContent"])
+    if "structuredContent" in result:
+        structured = result["structuredContent"]
+        if not (isinstance(content, list) and content):
+            content = compact(structured)
+        elif not _restated(content, structured):  # what the client reads must all be inspected
+            content = [*content, {"type": "text", "text": compact(structured)}]
     return ToolResult(call.id, content, result.get("isError") is True, call.name, size, anomalies)
+
+
+def _restated(blocks: list[Any], structured: Any) -> bool:
+    """Whether a text block already carries the structured content (the specification asks
+    servers to send it serialised as text too; SDKs wrap a plain return value as `{"result": …}`)."""
+    wrapped = structured.get("result") if isinstance(structured, dict) and len(structured) == 1 else None
+    for block in blocks:
+        text = block.get("text") if isinstance(block, dict) and block.get("type") == "text" else None
+        if not isinstance(text, str):
+            continue
+        if text == wrapped:
+            return True
+        try:
+            if loads(text) == structured:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def rewritten_result(result: dict[str, Any], rewrite: ResultRewrite, version: str | None) -> dict[str, Any]:
+    """The CallToolResult the client gets for a result the policy withheld or redacted. A
+    redaction keeps the content blocks, redacted; a result with structured content is withheld
+    instead (a redacted string inside JSON could break it, and the structured content itself
+    cannot be left out of a tool that declares an output schema). Withheld: the notice, as text,
+    with `isError` (clients do not check a failed result against the tool's output schema)."""
+    blocks = rewrite.redacted
+    if blocks is not None and "structuredContent" not in result and isinstance(blocks, list):
+        return {**result, "content": blocks}
+    withheld: dict[str, Any] = {"content": [{"type": "text", "text": rewrite.notice}], "isError": True}
+    if version in MODERN_VERSIONS:
+        withheld["resultType"] = "complete"
+    return withheld
 
 
 def refusal_result(verdict: Verdict, version: str | None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import pytest
 from mcp import Client
 
 from sidecar.scripted import ToolCallSpec, Turn
+from sidecar.scripted.mcp import LEAKED_SECRET
 from tests.e2e.agents import AGENTS
 from tests.helpers.metrics import scrape
 from tests.mcp.conftest import MODES, approve, payload
@@ -178,3 +179,33 @@ async def test_structured_content_that_breaks_the_output_schema_is_an_anomaly(st
     assert mcp_server.executed("orders_lookup") == [{"order_id": "o-1"}]
     m = await scrape(sidecar.admin_url)
     assert m.value("sidecar_tool_result_anomalies_total", tool="orders_lookup", kind="output_schema_violation") == 1
+
+
+async def test_a_secret_in_a_result_is_withheld_from_the_client_as_on_the_model_path(start_mcp, mcp_server, mode):
+    """The server ran the call; its result carries a live key: the client (and the model
+    after it) gets the withheld notice the model path gives, never the key."""
+    sidecar = await start_mcp(mcp_server)
+    async with client(sidecar, mode) as mcp:
+        await mcp.list_tools()
+        result = await mcp.call_tool("support_tickets_get_context", {"ticket_id": "T-1042"})
+    assert mcp_server.executed("support_tickets_get_context") == [{"ticket_id": "T-1042"}]
+    assert result.is_error is True
+    [block] = result.content
+    notice = json.loads(block.text)
+    assert notice["status"] == "withheld" and notice["tool"] == "support_tickets_get_context"
+    assert LEAKED_SECRET not in result.model_dump_json()
+    m = await scrape(sidecar.admin_url)
+    tool = {"tool": "support_tickets_get_context"}
+    assert m.value("sidecar_tool_results_rewritten_total", **tool, action="withheld") == 1
+    assert m.value("sidecar_tool_result_anomalies_total", **tool, kind="secret_in_result") == 1
+
+
+async def test_a_secret_in_structured_content_is_inspected_and_withheld(start_mcp, mcp_server, mode):
+    """A tool with an outputSchema: the key sits in structuredContent (and its text copy)."""
+    sidecar = await start_mcp(mcp_server)
+    async with client(sidecar, mode) as mcp:
+        await mcp.list_tools()
+        result = await mcp.call_tool("orders_lookup", {"order_id": LEAKED_SECRET})
+    assert result.is_error is True and result.structured_content is None
+    assert json.loads(result.content[0].text)["status"] == "withheld"
+    assert LEAKED_SECRET not in result.model_dump_json()
