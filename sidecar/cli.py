@@ -76,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     check_workers(settings, args.workers)
-    configure_logging(settings.telemetry.log_level, background=True)
+    configure_logging(settings.telemetry.log_level)
     try:
         if args.workers > 1:
             run_loop(Supervisor(settings, args.workers).run())

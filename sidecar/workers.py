@@ -88,7 +88,7 @@ def _worker_settings(settings: Settings, public_admin_url: str) -> Settings:
 
 def _worker_main(settings: Settings, announce: Connection) -> None:
     """A worker process (spawned: a fresh interpreter, nothing inherited from the supervisor's loop)."""
-    configure_logging(settings.telemetry.log_level, background=True)
+    configure_logging(settings.telemetry.log_level)
 
     def ready(running: Running) -> None:
         settle_gc()

@@ -7,12 +7,9 @@ nothing under the `sidecar` logger escapes the redactor.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
-import queue
 import sys
-from logging.handlers import QueueHandler, QueueListener
 from typing import IO, Any
 
 import orjson
@@ -88,53 +85,16 @@ class _SidecarHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Marks the handler we installed, so configure_logging can be called again safely."""
 
 
-# Lines waiting for the writer thread (`configure_logging(background=True)`). When it is full
-# the caller writes its line itself: slower, never lost.
-BACKGROUND_QUEUE_LINES = 10_000
-
-
-class _QueuedHandler(QueueHandler):
-    """Formats on the caller's thread (the trace ids are the caller's), queues the line; a
-    writer thread writes it, so the event loop never waits on stderr."""
-
-    def __init__(self, lines: queue.Queue[logging.LogRecord], writer: logging.Handler) -> None:
-        super().__init__(lines)
-        self._writer = writer
-        self.listener = QueueListener(lines, writer)
-        self.listener.start()
-
-    def enqueue(self, record: logging.LogRecord) -> None:
-        try:
-            self.queue.put_nowait(record)
-        except queue.Full:
-            self._writer.handle(record)
-
-    def close(self) -> None:
-        """Writes what is queued, then stops the writer thread."""
-        with contextlib.suppress(Exception):
-            self.listener.stop()
-        super().close()
-
-
-def configure_logging(
-    level: str | int = "info", stream: IO[str] | None = None, background: bool = False
-) -> logging.Handler:
+def configure_logging(level: str | int = "info", stream: IO[str] | None = None) -> logging.Handler:
     """Install the JSON formatter on the `sidecar` logger (stderr by default), replacing any
     handler a previous call installed. The logger does not propagate, so a root handler set up
-    by a library cannot print the same event unredacted a second time. `background`: lines are
-    written by a thread (what `sidecar run` does); written at exit, and by the caller when
-    `BACKGROUND_QUEUE_LINES` are waiting."""
+    by a library cannot print the same event unredacted a second time."""
     resolved = _LEVELS.get(level.lower(), logging.INFO) if isinstance(level, str) else level
-    for installed in list(logger.handlers):
-        if isinstance(installed, (_SidecarHandler, _QueuedHandler)):
-            logger.removeHandler(installed)
-            installed.close()
-    writer = _SidecarHandler(stream if stream is not None else sys.stderr)
-    handler: logging.Handler = writer
-    if background:
-        writer.setFormatter(logging.Formatter("%(message)s"))  # the line was formatted when queued
-        handler = _QueuedHandler(queue.Queue(BACKGROUND_QUEUE_LINES), writer)
-        atexit.register(handler.close)
+    for handler in list(logger.handlers):
+        if isinstance(handler, _SidecarHandler):
+            logger.removeHandler(handler)
+            handler.close()
+    handler = _SidecarHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter())
     logger.addHandler(handler)
     logger.setLevel(resolved)

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import io
 import logging
-import threading
-import time
 from collections.abc import Iterator
 
 import orjson
@@ -145,45 +143,3 @@ def test_provider_headers_never_reach_a_log_line(stream: io.StringIO) -> None:
 )
 def test_raw_text_is_redacted_by_shape(text: str, kept: str) -> None:
     assert redact_text(text) == kept
-
-
-class _HeldStream(io.StringIO):
-    """Writes from the writer thread wait until released; each write notes its thread."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = threading.Event()
-        self.by_thread: list[tuple[bool, int]] = []  # (written on the main thread, n)
-
-    def write(self, text: str) -> int:
-        on_main = threading.current_thread() is threading.main_thread()
-        if not on_main:
-            self.release.wait(10)
-        self.by_thread.append((on_main, orjson.loads(text)["n"]))
-        return super().write(text)
-
-
-def test_background_lines_are_written_by_a_thread_and_none_is_lost(monkeypatch) -> None:
-    """`sidecar run`'s mode: the caller formats and queues; a thread writes. With the queue
-    full the caller writes its line itself once the writer lets go (slower, never dropped);
-    closing writes what is queued."""
-    monkeypatch.setattr("sidecar.telemetry.logs.BACKGROUND_QUEUE_LINES", 2)
-    out = _HeldStream()
-    handler = configure_logging("info", stream=out, background=True)
-    with TracerProvider().get_tracer("t").start_as_current_span("request") as span:
-        log_event("request", n=0)
-        for _ in range(500):  # the writer thread takes it, and waits on the stream
-            if handler.queue.qsize() == 0:
-                break
-            time.sleep(0.01)
-        log_event("request", n=1)  # these two wait in the queue
-        log_event("request", n=2)
-        time.sleep(0.1)
-        assert out.by_thread == []  # nothing written yet: the loop did not wait on the stream
-        threading.Timer(0.2, out.release.set).start()
-        log_event("request", n=3)  # the queue is full: written here, after the writer's line
-    handler.close()
-    assert sorted(n for _, n in out.by_thread) == [0, 1, 2, 3]
-    assert (True, 3) in out.by_thread and (False, 0) in out.by_thread
-    trace_id = format(span.get_span_context().trace_id, "032x")
-    assert {line["trace_id"] for line in _lines(out)} == {trace_id}  # formatted on the caller's thread
