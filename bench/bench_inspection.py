@@ -114,7 +114,7 @@ async def bench_filter(n: int, results: int = 50) -> None:
         return Exchange("x", Provider.ANTHROPIC, ANTHROPIC, "s", view, body, URL("http://u"), CIMultiDict())
 
     async def fresh() -> None:
-        filt.memo = type(filt.memo)(10_000)
+        filt.memo = type(filt.memo)(10_000, 600.0)
         await filt.on_request(exchange())
 
     async def remembered() -> None:
