@@ -496,11 +496,11 @@ class _AnthropicStream(StreamAssembler):
         block = self.items[position].wire
         kind = delta.get("type")
         if kind == "text_delta":
-            block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
+            self.grow(block, "text", str(delta.get("text", "")))
         elif kind == "input_json_delta":
             self._partials.setdefault(position, []).append(str(delta.get("partial_json", "")))
         elif kind == "thinking_delta":
-            block["thinking"] = str(block.get("thinking", "")) + str(delta.get("thinking", ""))
+            self.grow(block, "thinking", str(delta.get("thinking", "")))
         elif kind == "signature_delta":
             block["signature"] = delta.get("signature", "")
         elif kind == "citations_delta":

@@ -181,6 +181,25 @@ class StreamAssembler(ABC):
         self.removed_calls = 0
         # Framing the sidecar cannot read the way the SDK would: the reply is refused.
         self.violation: str | None = None
+        # Strings that grow by one delta per event (text, thinking, arguments): their pieces,
+        # joined once when the reply is read (`grow`).
+        self._growing: dict[tuple[int, str], tuple[dict[str, Any], list[str]]] = {}
+
+    def grow(self, wire: dict[str, Any], key: str, piece: str) -> None:
+        """`wire[key] += piece` in linear time: appending to a string held in a dict copies it
+        every time (a long streamed text made that quadratic: 40,000 deltas took 2.9 s of the
+        event loop). `wire[key]` is up to date once `reply()` is called."""
+        slot = (id(wire), key)
+        growing = self._growing.get(slot)
+        if growing is None:
+            growing = self._growing[slot] = (wire, [str(wire.get(key, ""))])  # keeps `wire` (and its id) alive
+        growing[1].append(piece)
+
+    def _join_growing(self) -> None:
+        for (_, key), (wire, pieces) in self._growing.items():
+            joined = "".join(pieces)
+            wire[key] = joined
+            pieces[:] = [joined]
 
     def json(self, event: SSEEvent) -> Any:
         """The event's data as JSON; None for events without data. Data the sidecar cannot
@@ -224,6 +243,7 @@ class StreamAssembler(ABC):
         return True
 
     def reply(self) -> Reply:
+        self._join_growing()
         self.finalize()
         complete = self.finished and self.error is None
         return Reply(self.envelope, self.items, complete=complete, removed_calls=self.removed_calls)

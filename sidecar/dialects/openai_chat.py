@@ -549,8 +549,7 @@ class _ChatStream(StreamAssembler):
                 continue
             delta = as_dict(choice.get("delta"))
             if isinstance(delta.get("content"), str):
-                text = self.items[0].wire
-                text["text"] += delta["content"]
+                self.grow(self.items[0].wire, "text", delta["content"])
                 first_position = 0 if first_position is None else first_position
             for fragment in as_list(delta.get("tool_calls")):
                 if not isinstance(fragment, dict):

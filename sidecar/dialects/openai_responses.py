@@ -612,9 +612,9 @@ class _ResponsesStream(StreamAssembler):
             return None, False
         item = self.items[found]
         if kind == "response.function_call_arguments.delta":
-            item.wire["arguments"] = str(item.wire.get("arguments", "")) + str(data.get("delta", ""))
+            self.grow(item.wire, "arguments", str(data.get("delta", "")))
         elif kind == "response.custom_tool_call_input.delta":
-            item.wire["input"] = str(item.wire.get("input", "")) + str(data.get("delta", ""))
+            self.grow(item.wire, "input", str(data.get("delta", "")))
         elif kind == "response.output_item.done":
             done = dict(as_dict(data.get("item")) or item.wire)
             if _identity(done) != _identity(item.wire):

@@ -41,12 +41,14 @@ def format_event(data: bytes | str, event: str | None = None) -> bytes:
 
 
 KEEPALIVE_COMMENT = b": keepalive\n\n"
+# What a waiting parser needs next (see `SSEParser._waiting`).
+_EVENT, _LINE = b"event", b"line"
 
 
 class SSEParser:
     """Feed it bytes as they arrive; it returns whole events (WHATWG field rules)."""
 
-    __slots__ = ("_buffer", "_data", "_event", "_has_fields", "_raw", "_scanned")
+    __slots__ = ("_buffer", "_data", "_event", "_has_fields", "_pieces", "_raw", "_scanned", "_waiting")
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -57,12 +59,35 @@ class SSEParser:
         # A partial event kept whole in `_buffer` (waiting for its blank line): the bytes
         # before this index hold no CR and no blank line, so they are not searched again.
         self._scanned = 0
+        # What the bytes after `_buffer` must hold to complete anything: a blank line (a
+        # partial event, `_EVENT`) or a line end (a partial line, `_LINE`). Reads that cannot
+        # are kept in `_pieces` and joined once, so a long event or line arriving in many
+        # small reads costs linear time, not a copy of the buffer per read.
+        self._waiting: bytes | None = None
+        self._pieces: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         return self._feed(chunk, final=False)
 
+    def _completes(self, chunk: bytes) -> bool:
+        """Whether `chunk`, read after what is waiting, may end a line or an event."""
+        if b"\r" in chunk:
+            return True
+        if self._waiting == _LINE:
+            return b"\n" in chunk
+        last = self._pieces[-1][-1:] if self._pieces else self._buffer[-1:]
+        return b"\n\n" in last + chunk[:1] or b"\n\n" in chunk
+
     def _feed(self, chunk: bytes, final: bool) -> list[SSEEvent]:
-        self._buffer += chunk
+        if self._waiting is not None and not final and not self._completes(chunk):
+            self._pieces.append(chunk)
+            return []
+        if self._pieces:
+            self._buffer = b"".join((self._buffer, *self._pieces, chunk))
+            self._pieces = []
+        else:
+            self._buffer += chunk
+        self._waiting = None
         events: list[SSEEvent] = []
         buffer = self._buffer
         scanned, self._scanned = self._scanned, 0
@@ -74,6 +99,7 @@ class SSEParser:
                 # line by line it would send every later read of the stream line by line too).
                 self._buffer = buffer[start:]
                 self._scanned = max(0, len(self._buffer) - 1)
+                self._waiting = _EVENT
                 return events
         size = len(buffer)
         lf = cr = -2  # -2: not searched yet; -1: none left in the buffer
@@ -84,8 +110,9 @@ class SSEParser:
             if cr != -1 and cr < start:
                 cr = buffer.find(b"\r", start)
             if cr != -1 and (lf == -1 or cr < lf):
-                if cr + 1 == size:
-                    break  # a CR at the end may be the first half of CRLF: wait for more
+                if cr + 1 == size:  # a CR at the end may be the first half of CRLF: wait for more
+                    self._buffer = buffer[start:]
+                    return events
                 end = cr + 2 if buffer[cr + 1 : cr + 2] == b"\n" else cr + 1
                 line_end = cr
             elif lf != -1:
@@ -100,6 +127,8 @@ class SSEParser:
             if event is not None:
                 events.append(event)
         self._buffer = buffer[start:]
+        if self._buffer:
+            self._waiting = _LINE  # no CR and no LF in it: only a line end can complete it
         return events
 
     def _whole_events(self, buffer: bytes, events: list[SSEEvent], scanned: int) -> tuple[int, bool]:

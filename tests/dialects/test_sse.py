@@ -281,3 +281,29 @@ def test_whole_event_fast_path_agrees_with_line_by_line(lines: list[bytes], size
             start, turn = start + size, turn + 1
         reference += slow.flush()
         assert [(e.raw, e.event, e.data) for e in fast] == [(e.raw, e.event, e.data) for e in reference]
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"])
+@pytest.mark.parametrize("read", [1, 7, 1024])
+def test_a_long_event_in_small_reads_is_one_event_with_its_bytes(end: bytes, read: int) -> None:
+    """Reads that cannot complete a line or an event wait in pieces (joined once): the event
+    is the same as from one read, with every byte kept."""
+    body = b"event: big" + end + b"data: " + b"x" * 50_000 + end + b"data: y" + end + end + b"data: next" + end + end
+    whole = parse(body, None)
+    pieces = parse(body, [read] if read > 1 else [1] * 3)
+    assert [(e.raw, e.event, e.data) for e in pieces] == [(e.raw, e.event, e.data) for e in whole]
+    assert [e.data for e in whole] == ["x" * 50_000 + "\ny", "next"] and whole[0].event == "big"
+
+
+@pytest.mark.parametrize(("before", "end"), [(b"\n", b"\n"), (b"\r\n", b"\r\n"), (b"\r", b"\r"), (b"\r\n", b"\n")])
+def test_a_waiting_event_comes_out_with_the_read_that_completes_it(before: bytes, end: bytes) -> None:
+    """A partial event (LF streams) or a partial line (once a CR was read) waits in pieces."""
+    parser = SSEParser()
+    line = b"data: " + b"x" * 5_000
+    first = parser.feed(b"data: a" + before + before + line[:100])  # a CR alone at the end waits a byte
+    assert [e.data for e in first] == ["a"]
+    got = [parser.feed(line[i : i + 100]) for i in range(100, len(line), 100)]
+    assert not any(got)  # nothing complete yet: the reads wait in pieces
+    assert parser.feed(end) == []
+    done = parser.feed(end) + parser.feed(b": more")  # (after a lone CR, one more byte tells)
+    assert [e.data for e in done] == ["x" * 5_000]
