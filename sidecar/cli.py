@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     from sidecar.app import serve
     from sidecar.runtime import run_loop, settle_gc
     from sidecar.telemetry.logs import configure_logging
-    from sidecar.workers import Supervisor, check_workers
+    from sidecar.workers import STARTUP_ERRORS, Supervisor, check_workers
 
     settings = settings_from_args(args)
     check_workers(settings, args.workers)
@@ -82,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
             run_loop(Supervisor(settings, args.workers).run())
         else:
             run_loop(serve(settings, ready=lambda _running: settle_gc()))
-    except (OSError, RuntimeError) as exc:
+    except STARTUP_ERRORS as exc:
         print(f"sidecar: cannot start: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -29,6 +29,7 @@ import contextlib
 import multiprocessing
 import signal
 import socket
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -46,9 +47,14 @@ from prometheus_client.samples import Sample
 
 from sidecar.app import Running, serve
 from sidecar.config import ConfigError, Settings
+from sidecar.policy.sources import PolicyLoadError
 from sidecar.runtime import run_loop, settle_gc
 from sidecar.startup import PortBindError, PortPurpose
 from sidecar.telemetry.logs import configure_logging, log_event
+
+# What stops a sidecar from starting (a port, a policy that does not load, a worker that did
+# not start): said in one line, without a traceback.
+STARTUP_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, PolicyLoadError)
 
 WORKER_LABEL = "worker"
 # A worker that dies within this many seconds of starting is restarted after a growing pause
@@ -95,8 +101,13 @@ def _worker_main(settings: Settings, announce: Connection) -> None:
         announce.send(running.admin_url)
         announce.close()
 
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         run_loop(serve(settings, ready=ready, reuse_port=True))
+    except KeyboardInterrupt:
+        pass
+    except STARTUP_ERRORS as exc:  # said once, plainly; the supervisor reports the exit
+        print(f"sidecar: a worker cannot start: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def _join_until(processes: list[BaseProcess], deadline: float) -> None:
@@ -222,6 +233,7 @@ class Supervisor:
         self.workers = [self._spawn(index, settings) for index in range(self.count)]
         for worker in self.workers:
             if not await self._announced(worker, WORKER_START_TIMEOUT_S):
+                await asyncio.to_thread(worker.process.join, 5.0)
                 raise RuntimeError(
                     f"worker {worker.index} did not start (exit code {worker.process.exitcode}); its log is above"
                 )

@@ -347,3 +347,30 @@ def test_redacted_settings_hide_tokens_and_url_passwords_but_not_paths():
 def test_the_startup_fields_say_which_policy_is_in_force(policies, engine, expected):
     settings = load_settings(flags={"policies": policies, "policy": {"engine": engine}}, environ={})
     assert startup_fields(settings, "http://p", "http://a")["policy"] == expected
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sidecar_run_says_why_a_policy_does_not_load(tmp_path, workers):
+    """A policy directory that is not there, or Rego that does not parse: one line, no traceback,
+    exit 1 (with workers: each worker says it, and the supervisor names the worker)."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "sidecar.rego").write_text("package sidecar\n\ndecision := {\n")
+    state = ["--config", str(tmp_path / "state.yaml")]
+    (tmp_path / "state.yaml").write_text(f"state:\n  backend: sqlite\n  sqlite_path: {tmp_path / 's.db'}\n")
+    for policies, said in ((str(tmp_path / "missing"), "policy directory not found"), (str(broken), "sidecar.rego")):
+        result = subprocess.run(
+            [sys.executable, "-m", "sidecar.cli", "run", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
+            + ["--policies", policies, "--workers", workers, *state],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        assert said in result.stderr
+        if workers == "2":
+            assert "sidecar: a worker cannot start:" in result.stderr
+            assert "did not start (exit code 1)" in result.stderr
+        else:
+            assert "sidecar: cannot start:" in result.stderr
