@@ -359,9 +359,9 @@ def test_sidecar_run_says_why_a_policy_does_not_load(tmp_path, workers):
     state = ["--config", str(tmp_path / "state.yaml")]
     (tmp_path / "state.yaml").write_text(f"state:\n  backend: sqlite\n  sqlite_path: {tmp_path / 's.db'}\n")
     for policies, said in ((str(tmp_path / "missing"), "policy directory not found"), (str(broken), "sidecar.rego")):
+        ports = ["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
         result = subprocess.run(
-            [sys.executable, "-m", "sidecar.cli", "run", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
-            + ["--policies", policies, "--workers", workers, *state],
+            [sys.executable, "-m", "sidecar.cli", "run", *ports, "--policies", policies, "--workers", workers, *state],
             capture_output=True,
             text=True,
             timeout=90,
