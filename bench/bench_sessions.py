@@ -1,0 +1,85 @@
+"""Memory of a sidecar serving many distinct sessions: RSS of `sidecar run` (default limits,
+memory state) while N requests, each in a new session (`X-Sidecar-Session`), go through it.
+
+The sidecar and the mock provider (proxybench/mock.py) run as their own processes; the driver
+is a closed loop of aiohttp connections in this one. Each request is the benchmark's 16 KB
+Anthropic body whose reply carries two read-only calls, so every session adds two ledger
+entries until `state.max_entries_total` (100,000) is reached; from there the ledger evicts the
+oldest and RSS should stay flat. Nothing is asserted: the numbers are printed.
+
+Run: .venv/bin/python bench/bench_sessions.py [--sessions 100000] [--every 25000] [--policies SPEC]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from proxybench.bodies import Api, body_bytes, check_turn
+from proxybench.procs import Service, Services
+from proxybench.targets import start_sidecar
+
+HEADERS = {"x-api-key": "sk-bench-not-a-key", "anthropic-version": "2023-06-01", "content-type": "application/json"}
+CONNECTIONS = 48
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def drive(sidecar: Service, sessions: int, every: int) -> None:
+    body = body_bytes(Api.ANTHROPIC, False)
+    url = f"{sidecar.url}/v1/messages"
+    numbers = iter(range(sessions))
+    done = errors = 0
+    started = time.monotonic()
+    print(f"{0:>8} sessions  RSS {rss_mib(sidecar.pid):7.1f} MiB", flush=True)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONNECTIONS)) as http:
+
+        async def loop() -> None:
+            nonlocal done, errors
+            for n in numbers:
+                headers = {**HEADERS, "X-Sidecar-Session": f"bench-session-{n}"}
+                async with http.post(url, data=body, headers=headers) as reply:
+                    await reply.read()
+                    errors += reply.status != 200
+                done += 1
+                if done % every == 0:
+                    seconds = time.monotonic() - started
+                    print(
+                        f"{done:>8} sessions  RSS {rss_mib(sidecar.pid):7.1f} MiB  {errors} errors  "
+                        f"{done / seconds:6.0f} req/s",
+                        flush=True,
+                    )
+
+        await asyncio.gather(*(loop() for _ in range(CONNECTIONS)))
+
+
+async def main(sessions: int, every: int, policies: str) -> None:
+    check_turn()
+    with tempfile.TemporaryDirectory(prefix="sidecar-sessions-") as tmp:
+        services = Services(Path(tmp))
+        try:
+            mock = services.bench_server("mock", "mock")
+            mock.ready_url = f"{mock.url}/stats"
+            sidecar = start_sidecar(services, "sidecar", mock.url, Path(tmp), policies)
+            await asyncio.gather(mock.wait_ready(), sidecar.wait_ready())
+            await drive(sidecar, sessions, every)
+        finally:
+            services.stop_all()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sessions", type=int, default=100_000)
+    parser.add_argument("--every", type=int, default=25_000, help="print RSS every this many sessions")
+    parser.add_argument("--policies", default="builtin")
+    args = parser.parse_args()
+    asyncio.run(main(args.sessions, args.every, args.policies))
