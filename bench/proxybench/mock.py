@@ -7,6 +7,9 @@ bytes are exactly what the APIs write, and serving one costs only a body read, a
 HTTP chunk per SSE event, the way a provider's stream arrives when the proxy reads it late:
 text deltas, then two parallel tool calls whose argument JSON comes in many small fragments.
 
+A request with `x-bench-pace-ms: N` gets its stream paced instead: one event per write, N ms
+apart (`bench_paced.py` measures how soon a proxy forwards each one).
+
 `GET /stats` counts the model requests by API: the pre-flight uses it to prove that a proxy
 sent exactly one upstream request per client request (no repair round).
 """
@@ -14,6 +17,8 @@ sent exactly one upstream request per client request (no repair round).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +33,9 @@ from sidecar.scripted.openai_chat import ChatFormat
 from sidecar.scripted.wire import Ids, WireFormat, plan_reply, stream_events
 
 STATS_PATH = "/stats"
+# The send times (time.monotonic, one clock for every process of the machine) of each event of
+# the last paced stream, for a client to compare with when each event reached it.
+PACED_PATH = "/stats/paced"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +46,20 @@ class Prebuilt:
     whole_headers: dict[str, str]
     stream: bytes  # already chunk-framed: one HTTP chunk per SSE event, then the last chunk
     stream_headers: dict[str, str]
+    stream_chunks: tuple[bytes, ...] = ()  # the same chunks one by one (paced streams)
+
+
+LAST_CHUNK = b"0\r\n\r\n"
+# A request with this header gets its stream paced: one event, then this many ms, then the next.
+PACE_HEADER = "x-bench-pace-ms"
+
+
+def _framed(event: bytes) -> bytes:
+    return f"{len(event):x}\r\n".encode() + event + b"\r\n"
 
 
 def _chunked(events: list[bytes]) -> bytes:
-    return b"".join(f"{len(e):x}\r\n".encode() + e + b"\r\n" for e in events) + b"0\r\n\r\n"
+    return b"".join(_framed(e) for e in events) + LAST_CHUNK
 
 
 def prebuild(api: Api, seed: int = 1) -> Prebuilt:
@@ -56,6 +74,7 @@ def prebuild(api: Api, seed: int = 1) -> Prebuilt:
         whole=orjson.dumps(fmt.body(whole_reply), option=option),
         whole_headers={"Content-Type": "application/json", fmt.request_id_header: whole_reply.request_id},
         stream=_chunked(events),
+        stream_chunks=tuple(_framed(e) for e in events),
         stream_headers={
             "Content-Type": "text/event-stream; charset=utf-8",
             "Cache-Control": "no-cache",
@@ -80,8 +99,11 @@ class MockProvider:
     def __init__(self) -> None:
         self.replies = {api: prebuild(api) for api in Api}
         self.counts: Counter[str] = Counter()
+        self.paced_sent: list[float] = []
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.method == "GET" and request.path == PACED_PATH:
+            return web.Response(body=orjson.dumps(self.paced_sent), content_type="application/json")
         if request.method == "GET" and request.path == STATS_PATH:
             return web.Response(body=orjson.dumps(dict(self.counts)), content_type="application/json")
         api = next((a for a in Api if request.path.endswith(a.value)), None)
@@ -94,7 +116,16 @@ class MockProvider:
             return web.Response(body=reply.whole, headers=reply.whole_headers)
         response = _FramedResponse(headers=reply.stream_headers)
         await response.prepare(request)
-        await response.write_eof(reply.stream)
+        pace = request.headers.get(PACE_HEADER)
+        if pace is None:
+            await response.write_eof(reply.stream)
+            return response
+        self.paced_sent = sent = []
+        for chunk in reply.stream_chunks:
+            await response.write(chunk)
+            sent.append(time.monotonic())
+            await asyncio.sleep(float(pace) / 1000)
+        await response.write_eof(LAST_CHUNK)
         return response
 
 
