@@ -109,8 +109,8 @@ def _span(node: Any) -> tuple[int, int]:
     return 0, 0
 
 
-def _inner(node: Any) -> tuple[str, dict[str, Any]]:
-    """('Call', body) for {"Call": body}; ('', {}) for anything else."""
+def inner(node: Any) -> tuple[str, dict[str, Any]]:
+    """('Call', body) for {"Call": body}; ('', {}) for anything else (also used by `reads`)."""
     if isinstance(node, dict) and len(node) == 1:
         ((kind, body),) = node.items()
         if isinstance(body, dict):
@@ -120,7 +120,7 @@ def _inner(node: Any) -> tuple[str, dict[str, Any]]:
 
 def dotted(node: Any) -> str | None:
     """`a.b.c` for a Var/RefDot chain, None for anything else (brackets, calls)."""
-    kind, body = _inner(node)
+    kind, body = inner(node)
     if kind == "Var":
         return str(body.get("value"))
     if kind == "RefDot":
@@ -134,7 +134,7 @@ def dotted(node: Any) -> str | None:
 def _walk(node: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every (kind, body) node under `node`."""
     if isinstance(node, dict):
-        kind, body = _inner(node)
+        kind, body = inner(node)
         if kind:
             yield kind, body
         for value in node.values():
@@ -198,7 +198,7 @@ class PolicyLinter:
                 package.definitions[name].append(_Definition("default", 0, value, line, col, file))
                 continue
             spec = item.get("Spec") or {}
-            head_kind, head = _inner(spec.get("head"))
+            head_kind, head = inner(spec.get("head"))
             line, col = _span(spec)
             if head_kind == "Func":
                 args = head.get("args") or []
@@ -378,7 +378,7 @@ class PolicyLinter:
 
 def _static_kind(node: Any, table: dict[str, Builtin]) -> str | None:
     """The JSON kind of an expression when the source fixes it, else None."""
-    kind, body = _inner(node)
+    kind, body = inner(node)
     if kind in _LITERAL_KINDS:
         return _LITERAL_KINDS[kind]
     if kind == "Call":

@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from sidecar.policy.lint import dotted, inner
 from sidecar.policy.loader import rule_name
 
 # Builtins whose value changes between two calls with the same arguments.
@@ -39,34 +40,16 @@ class _Rule:
     refers: set[RuleKey] = field(default_factory=set)
 
 
-def _inner(node: Any) -> tuple[str, dict[str, Any]]:
-    if isinstance(node, dict) and len(node) == 1:
-        ((kind, body),) = node.items()
-        if isinstance(body, dict):
-            return kind, body
-    return "", {}
-
-
-def _dotted(node: Any) -> str:
-    kind, body = _inner(node)
-    if kind == "Var":
-        return str(body.get("value", ""))
-    if kind == "RefDot":
-        name = body.get("field")
-        return f"{_dotted(body.get('refr'))}.{name[1] if isinstance(name, list) and len(name) > 1 else ''}"
-    return ""
-
-
 class _Module:
     """One module's package, import aliases and rule names, to resolve the names it uses."""
 
     def __init__(self, module: dict[str, Any]) -> None:
         ast = module.get("ast", {})
-        self.package = "data." + _dotted(ast.get("package", {}).get("refr"))
+        self.package = "data." + (dotted(ast.get("package", {}).get("refr")) or "")
         contents = str(module.get("source", {}).get("contents", "")).encode()
         self.aliases: dict[str, list[str]] = {}
         for item in ast.get("imports", []):
-            path = _dotted(item.get("refr")).split(".")
+            path = (dotted(item.get("refr")) or "").split(".")
             if path[0] not in ("data", "input"):
                 continue  # rego.v1, future.keywords: no document
             alias = item.get("as")
@@ -133,11 +116,11 @@ class ReadsAnalysis:
             return
         if not isinstance(node, dict):
             return
-        kind, body = _inner(node)
+        kind, body = inner(node)
         if kind in ("RefDot", "RefBrack", "Var"):
             self._reference(node, module, facts)
             return
-        if kind == "Call" and _dotted(body.get("fcn")) in NONDETERMINISTIC:
+        if kind == "Call" and dotted(body.get("fcn")) in NONDETERMINISTIC:
             raise _Unbounded
         for value in node.values():
             self._visit(value, module, facts)
@@ -146,13 +129,13 @@ class ReadsAnalysis:
         """A chain `root.a["b"][x]...`: resolved by its root and its leading constant path."""
         path: list[str | None] = []
         while True:
-            kind, body = _inner(node)
+            kind, body = inner(node)
             if kind == "RefDot":
                 name = body.get("field")
                 path.append(str(name[1]) if isinstance(name, list) and len(name) > 1 else None)
                 node = body.get("refr")
             elif kind == "RefBrack":
-                index_kind, index = _inner(body.get("index"))
+                index_kind, index = inner(body.get("index"))
                 path.append(str(index.get("value")) if index_kind == "String" else None)
                 self._visit(body.get("index"), module, facts)
                 node = body.get("refr")
