@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import aiohttp
 import orjson
 from proxybench.bodies import Api, body_bytes, check_turn
+from proxybench.load import quantile_ms
 from proxybench.mock import PACE_HEADER, PACED_PATH
-from proxybench.procs import Services
-from proxybench.targets import start_sidecar
+from proxybench.targets import mock_and_sidecar
 
 HEADERS = {
     Api.ANTHROPIC: {"x-api-key": "sk-bench-not-a-key", "anthropic-version": "2023-06-01"},
@@ -66,44 +64,30 @@ async def latencies(
     return [(a - s) * 1000 for a, s in zip(arrived, sent, strict=True)], first_call
 
 
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def main(n: int, pace_ms: float, policies: str) -> None:
     check_turn()
-    with tempfile.TemporaryDirectory(prefix="sidecar-paced-") as tmp:
-        services = Services(Path(tmp))
-        try:
-            mock = services.bench_server("mock", "mock")
-            mock.ready_url = f"{mock.url}/stats"
-            sidecar = start_sidecar(services, "sidecar", mock.url, Path(tmp), policies)
-            await asyncio.gather(mock.wait_ready(), sidecar.wait_ready())
-            async with aiohttp.ClientSession() as http:
-                for api in Api:
-                    direct: list[list[float]] = []
-                    through: list[list[float]] = []
-                    first_call = 0
-                    for _ in range(n):
-                        direct.append((await latencies(http, mock.url, mock.url, api, pace_ms))[0])
-                        lat, first_call = await latencies(http, mock.url, sidecar.url, api, pace_ms)
-                        through.append(lat)
-                    added = [
-                        statistics.median(s[i] for s in through) - statistics.median(d[i] for d in direct)
-                        for i in range(len(direct[0]))
-                    ]
-                    text = added[:first_call]
-                    print(
-                        f"{api.label} streamed, {len(added)} events {pace_ms:g} ms apart, {n} requests each way: "
-                        f"first event +{added[0]:.2f} ms; the {len(text)} events before the first call: "
-                        f"median +{statistics.median(text):.3f} ms, p90 +{_p(text, 0.9):.3f}, max +{max(text):.3f}; "
-                        f"held events (from the first call on, released at the end): median "
-                        f"+{statistics.median(added[first_call:]):.1f} ms",
-                        flush=True,
-                    )
-        finally:
-            services.stop_all()
+    async with mock_and_sidecar("sidecar-paced-", policies) as (mock, sidecar), aiohttp.ClientSession() as http:
+        for api in Api:
+            direct: list[list[float]] = []
+            through: list[list[float]] = []
+            first_call = 0
+            for _ in range(n):
+                direct.append((await latencies(http, mock.url, mock.url, api, pace_ms))[0])
+                lat, first_call = await latencies(http, mock.url, sidecar.url, api, pace_ms)
+                through.append(lat)
+            added = [
+                statistics.median(s[i] for s in through) - statistics.median(d[i] for d in direct)
+                for i in range(len(direct[0]))
+            ]
+            text = [ms / 1000 for ms in added[:first_call]]  # quantile_ms takes seconds
+            print(
+                f"{api.label} streamed, {len(added)} events {pace_ms:g} ms apart, {n} requests each way: "
+                f"first event +{added[0]:.2f} ms; the {len(text)} events before the first call: "
+                f"median +{quantile_ms(text, 0.5):.3f} ms, p90 +{quantile_ms(text, 0.9):.3f}, "
+                f"max +{quantile_ms(text, 1.0):.3f}; held events (from the first call on, released at the end): "
+                f"median +{statistics.median(added[first_call:]):.1f} ms",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 from proxybench.bodies import Api, body_bytes, check_turn
-from proxybench.procs import Service, Services
-from proxybench.targets import start_sidecar
+from proxybench.procs import Service
+from proxybench.targets import mock_and_sidecar
 
 HEADERS = {"x-api-key": "sk-bench-not-a-key", "anthropic-version": "2023-06-01", "content-type": "application/json"}
 CONNECTIONS = 48
@@ -64,16 +63,8 @@ async def drive(sidecar: Service, sessions: int, every: int) -> None:
 
 async def main(sessions: int, every: int, policies: str) -> None:
     check_turn()
-    with tempfile.TemporaryDirectory(prefix="sidecar-sessions-") as tmp:
-        services = Services(Path(tmp))
-        try:
-            mock = services.bench_server("mock", "mock")
-            mock.ready_url = f"{mock.url}/stats"
-            sidecar = start_sidecar(services, "sidecar", mock.url, Path(tmp), policies)
-            await asyncio.gather(mock.wait_ready(), sidecar.wait_ready())
-            await drive(sidecar, sessions, every)
-        finally:
-            services.stop_all()
+    async with mock_and_sidecar("sidecar-sessions-", policies) as (_mock, sidecar):
+        await drive(sidecar, sessions, every)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from proxybench.load import Request, Series, closed_loop, interleaved
 from proxybench.preflight import PreflightError, check_sidecar_metrics, check_target
 from proxybench.procs import Service, Services, StartError
 from proxybench.report import CONCURRENCY, DIRECT, FORWARDER, SCENARIOS, SIDECAR, TARGET_NAMES, TRACED, Measured
-from proxybench.targets import start_sidecar
+from proxybench.targets import start_mock, start_sidecar
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +76,7 @@ def machine() -> str:
 
 
 async def start_all(services: Services, workdir: Path, policies: str, workers: int) -> dict[str, Service]:
-    mock = services.bench_server("mock", "mock")
-    mock.ready_url = f"{mock.url}/stats"
+    mock = start_mock(services)
     sink = services.bench_server("otlp-sink", "sink")
     forwarder = services.bench_server("forwarder", "forwarder", "--upstream", mock.url)
     forwarder.ready_url = f"{forwarder.url}/stats"  # answered by the mock, through the forwarder

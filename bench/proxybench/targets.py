@@ -11,8 +11,12 @@ allow their replays, since every benchmark request repeats the same conversation
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import orjson
@@ -69,3 +73,24 @@ def start_sidecar(
     service.ready_url = f"{admin_url}/readyz"
     service.extra["admin"] = admin_url
     return service
+
+
+def start_mock(services: Services) -> Service:
+    """The mock provider (proxybench/mock.py), ready when its /stats answers."""
+    mock = services.bench_server("mock", "mock")
+    mock.ready_url = f"{mock.url}/stats"
+    return mock
+
+
+@asynccontextmanager
+async def mock_and_sidecar(prefix: str, policies: str) -> AsyncIterator[tuple[Service, Service]]:
+    """The mock and one `sidecar run` in front of it, both ready; both stopped on the way out."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        services = Services(Path(tmp))
+        try:
+            mock = start_mock(services)
+            sidecar = start_sidecar(services, "sidecar", mock.url, Path(tmp), policies)
+            await asyncio.gather(mock.wait_ready(), sidecar.wait_ready())
+            yield mock, sidecar
+        finally:
+            services.stop_all()
