@@ -19,7 +19,7 @@ import orjson
 from multidict import CIMultiDict
 from yarl import URL
 
-from sidecar.dialects.base import Dialect
+from sidecar.dialects.base import Dialect, compact
 from sidecar.model import CallPath, Provider, RequestView, Session, SessionSource, ToolCall, Verdict
 
 T = TypeVar("T")
@@ -35,6 +35,21 @@ class ExchangeKey(Generic[T]):
 
     def __repr__(self) -> str:
         return f"ExchangeKey({self.name!r})"
+
+
+WITHHELD_STATUS = "withheld"
+
+
+def withheld_notice(tool: str, reasons: list[str] | tuple[str, ...]) -> str:
+    """What the model reads in place of a withheld result (the structured-error shape)."""
+    return compact(
+        {
+            "status": WITHHELD_STATUS,
+            "tool": tool,
+            "reasons": [f"the result of {tool or 'this tool'} was withheld by the sidecar's policy", *reasons],
+            "retryable": False,
+        }
+    )
 
 
 @dataclass(frozen=True, slots=True)

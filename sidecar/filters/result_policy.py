@@ -40,8 +40,7 @@ from cachetools import TTLCache
 
 from sidecar.config import Settings
 from sidecar.config.settings import ResultSettings
-from sidecar.dialects.base import compact
-from sidecar.exchange.state import RESULT_REWRITE, Exchange, ResultRewrite, ToolResultRecord
+from sidecar.exchange.state import RESULT_REWRITE, Exchange, ResultRewrite, ToolResultRecord, withheld_notice
 from sidecar.filters.policy import PolicyPhase
 from sidecar.filters.results import result_text
 from sidecar.inspection import (
@@ -64,7 +63,6 @@ from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger("sidecar.policy")
 
-WITHHELD_STATUS = "withheld"
 _REWRITTEN = {ResultAction.WITHHOLD: "withheld", ResultAction.REDACT: "redacted"}
 
 
@@ -92,18 +90,6 @@ def result_rules(settings: Settings, engine: PolicyEngine) -> ResultRules:
             "result inspection: cannot read %s (%s); shipped markers, no untrusted tools", settings.policies, exc
         )
         return ResultRules()
-
-
-def withheld_notice(tool: str, reasons: list[str] | tuple[str, ...]) -> str:
-    """What the model reads in place of a withheld result (the structured-error shape)."""
-    return compact(
-        {
-            "status": WITHHELD_STATUS,
-            "tool": tool,
-            "reasons": [f"the result of {tool or 'this tool'} was withheld by the sidecar's policy", *reasons],
-            "retryable": False,
-        }
-    )
 
 
 def content_digest(content: Any) -> bytes:

@@ -42,7 +42,18 @@ from sidecar.exchange.enforce import let_through_observed
 from sidecar.exchange.filters import FilterChain, FilterFailed, failed_check_verdict
 from sidecar.exchange.legs import Ambiguous, Execute, FinalRefusal, LegIndex, Repeat
 from sidecar.exchange.runner import AgentPort, Refused, UpstreamAnswer, UpstreamError, read_bounded
-from sidecar.exchange.state import RESULT_REWRITE, Action, CallCheck, EarlierLeg, End, Exchange, McpFacts, Outcome
+from sidecar.exchange.state import (
+    RESULT_REWRITE,
+    Action,
+    CallCheck,
+    EarlierLeg,
+    End,
+    Exchange,
+    McpFacts,
+    Outcome,
+    ResultRewrite,
+    withheld_notice,
+)
 from sidecar.mcp import wire
 from sidecar.mcp.catalog import Catalog, Listing, caller_key, is_first_page
 from sidecar.mcp.outputs import OutputCheck
@@ -602,7 +613,12 @@ class McpRunner:
         tool_result = wire.tool_result(call, result, size, self.outputs.anomalies(declaration, result))
         ex.view.results = [tool_result]
         ex.view.echoed_calls = [EchoedCall(call.id, call.name, call.arguments)]
-        await self.chain.answered(ex)
+        try:
+            await self.chain.answered(ex)
+        except FilterFailed as failure:  # a critical filter could not judge the result: withheld
+            log.error("MCP result failed closed: %s", failure)
+            reason = f"the sidecar could not check this result ({failure.filter_name} failed)"
+            ex.put(RESULT_REWRITE, ResultRewrite(withheld_notice(call.name, [reason])))
         await self._finish(leg, Outcome.DONE, 200, None)
         error_type = "tool_error" if tool_result.is_error else "none"
         rewrite = ex.get(RESULT_REWRITE)

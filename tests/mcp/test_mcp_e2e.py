@@ -209,3 +209,23 @@ async def test_a_secret_in_structured_content_is_inspected_and_withheld(start_mc
     assert result.is_error is True and result.structured_content is None
     assert json.loads(result.content[0].text)["status"] == "withheld"
     assert LEAKED_SECRET not in result.model_dump_json()
+
+
+async def test_a_result_the_sidecar_cannot_judge_is_withheld(start_mcp, mcp_server, mode, monkeypatch):
+    """The result policy (critical) raises: the client gets the withheld notice, not the result."""
+    sidecar = await start_mcp(mcp_server)
+
+    async def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("result policy bug")
+
+    monkeypatch.setattr(sidecar.sidecar.result_policy, "outcome", broken)
+    async with client(sidecar, mode) as mcp:
+        await mcp.list_tools()
+        result = await mcp.call_tool("support_tickets_get_context", {"ticket_id": "T-1042"})
+    assert result.is_error is True
+    notice = json.loads(result.content[0].text)
+    assert notice["status"] == "withheld"
+    assert "the sidecar could not check this result (policy_results failed)" in notice["reasons"]
+    assert LEAKED_SECRET not in result.model_dump_json()
+    m = await scrape(sidecar.admin_url)
+    assert m.value("sidecar_filter_errors_total", filter="policy_results", hook="on_answered", critical="true") == 1
