@@ -7,8 +7,9 @@ port on loopback. The supervisor (this module) owns the configured admin port an
 all of them:
 
 - `/metrics`: every worker's metrics in one exposition, each series labelled `worker="<i>"`
-  (sum over `worker` for the pod), plus the supervisor's `sidecar_workers` and
-  `sidecar_worker_restarts_total`;
+  (sum over `worker` for the pod), plus the supervisor's `sidecar_workers`,
+  `sidecar_worker_restarts_total` and `sidecar_worker_scrape_failures_total` (a worker that
+  does not answer within WORKER_ADMIN_TIMEOUT_S is left out of that scrape, and counted);
 - `/readyz`: 200 while at least one worker is ready and the supervisor is not draining; the body
   lists each worker's own readiness;
 - `/healthz`: the supervisor's loop answers;
@@ -177,6 +178,7 @@ class Supervisor:
         self.count = count
         self.workers: list[Worker] = []
         self.restarts = 0
+        self.scrape_failures = 0
         self.draining = False
         self._context = multiprocessing.get_context("spawn")
         self._http: aiohttp.ClientSession | None = None
@@ -326,6 +328,7 @@ class Supervisor:
         if failed is not None and failed[0] in (401, 403):
             return web.Response(status=failed[0], body=failed[1], content_type="application/json")
         expositions = [(w.index, body.decode()) for w, status, body in answers if status == 200]
+        self.scrape_failures += len(answers) - len(expositions)  # left out of this scrape: counted
         families = merge_expositions(expositions, self._own_metrics())
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         keep_created = content_type.startswith("application/openmetrics-text")
@@ -338,7 +341,13 @@ class Supervisor:
         live.add_sample("sidecar_workers", {}, float(sum(w.alive for w in self.workers)))
         restarts = Metric("sidecar_worker_restarts", "Worker processes restarted after they exited.", "counter")
         restarts.add_sample("sidecar_worker_restarts_total", {}, float(self.restarts))
-        return [live, restarts]
+        missed = Metric(
+            "sidecar_worker_scrape_failures",
+            "Times a worker's metrics were left out of a scrape (it did not answer in time).",
+            "counter",
+        )
+        missed.add_sample("sidecar_worker_scrape_failures_total", {}, float(self.scrape_failures))
+        return [live, restarts, missed]
 
     async def forward(self, request: web.Request) -> web.StreamResponse:
         """Everything else the admin port serves, answered by the first ready worker."""

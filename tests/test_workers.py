@@ -108,6 +108,7 @@ async def test_workers_share_the_port_and_the_replay_ledger(model, tmp_path: Pat
     assert set(_per_worker(m, UPSTREAM_COUNT)) == {"0", "1"}
     assert m.value("sidecar_workers") == 2
     assert m.value("sidecar_worker_restarts_total") == 0
+    assert m.value("sidecar_worker_scrape_failures_total") == 0
 
 
 async def test_one_admin_port_readiness_restart_and_drain(model, tmp_path: Path) -> None:
@@ -125,8 +126,18 @@ async def test_one_admin_port_readiness_restart_and_drain(model, tmp_path: Path)
         async with http.get(sidecar.admin + "/v1/status") as r:
             assert r.status == 200 and (await r.json())["ready"] is True  # forwarded to a worker
 
-        # A worker that dies is replaced; the port keeps serving meanwhile.
         started = [orjson.loads(line) for line in sidecar.log.read_text().splitlines() if "worker_started" in line]
+        # A worker that does not answer the scrape is left out of it, and counted.
+        stuck = next(event["pid"] for event in started if event["worker"] == 1)
+        os.kill(stuck, signal.SIGSTOP)
+        try:
+            m = await scrape(sidecar.admin)
+        finally:
+            os.kill(stuck, signal.SIGCONT)
+        assert m.value("sidecar_worker_scrape_failures_total") == 1
+        assert m.label_values("worker") == {"0"}
+
+        # A worker that dies is replaced; the port keeps serving meanwhile.
         victim = next(event["pid"] for event in started if event["worker"] == 0)
         os.kill(victim, signal.SIGKILL)
         for _ in range(200):
