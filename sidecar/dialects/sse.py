@@ -48,7 +48,7 @@ _EVENT, _LINE = b"event", b"line"
 class SSEParser:
     """Feed it bytes as they arrive; it returns whole events (WHATWG field rules)."""
 
-    __slots__ = ("_buffer", "_data", "_event", "_has_fields", "_pieces", "_raw", "_scanned", "_waiting")
+    __slots__ = ("_buffer", "_data", "_event", "_has_fields", "_pieces", "_raw", "_waiting")
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -56,9 +56,6 @@ class SSEParser:
         self._event: str | None = None
         self._data: list[str] = []
         self._has_fields = False
-        # A partial event kept whole in `_buffer` (waiting for its blank line): the bytes
-        # before this index hold no CR and no blank line, so they are not searched again.
-        self._scanned = 0
         # What the bytes after `_buffer` must hold to complete anything: a blank line (a
         # partial event, `_EVENT`) or a line end (a partial line, `_LINE`). Reads that cannot
         # are kept in `_pieces` and joined once, so a long event or line arriving in many
@@ -90,15 +87,13 @@ class SSEParser:
         self._waiting = None
         events: list[SSEEvent] = []
         buffer = self._buffer
-        scanned, self._scanned = self._scanned, 0
         start = 0
-        if buffer.find(b"\r", scanned) == -1:
-            start, partial = self._whole_events(buffer, events, scanned)
+        if b"\r" not in buffer:
+            start, partial = self._whole_events(buffer, events)
             if partial and not final:
                 # The rest is the start of the next event: keep it whole for the next read (cut
                 # line by line it would send every later read of the stream line by line too).
                 self._buffer = buffer[start:]
-                self._scanned = max(0, len(self._buffer) - 1)
                 self._waiting = _EVENT
                 return events
         size = len(buffer)
@@ -131,14 +126,14 @@ class SSEParser:
             self._waiting = _LINE  # no CR and no LF in it: only a line end can complete it
         return events
 
-    def _whole_events(self, buffer: bytes, events: list[SSEEvent], scanned: int) -> tuple[int, bool]:
+    def _whole_events(self, buffer: bytes, events: list[SSEEvent]) -> tuple[int, bool]:
         """The common case, one block per event: `field: value` lines ended by LF, then a blank
         line, starting at an event boundary. Cut block by block (one search each) with the
         same field rules as `_line`. Returns where the blocks end, and whether the rest is the
         beginning of one more such event (no blank line yet); anything else goes line by line."""
         start = 0
         while not self._raw and not self._has_fields:
-            end = buffer.find(b"\n\n", max(start, scanned))
+            end = buffer.find(b"\n\n", start)
             if end == -1:
                 return start, start < len(buffer) and buffer[start] != 0x0A
             if end <= start:  # a blank line first: line by line

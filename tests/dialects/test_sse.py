@@ -250,7 +250,7 @@ class _LineByLine(SSEParser):
 
     __slots__ = ()
 
-    def _whole_events(self, buffer: bytes, events: list[SSEEvent], scanned: int) -> tuple[int, bool]:
+    def _whole_events(self, buffer: bytes, events: list[SSEEvent]) -> tuple[int, bool]:
         return 0, False
 
 
