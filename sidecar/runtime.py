@@ -4,6 +4,7 @@ worker of `sidecar run --workers N`)."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 from collections.abc import Coroutine
 from typing import Any
@@ -23,6 +24,19 @@ def settle_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    release_free_memory()
+
+
+def release_free_memory() -> bool:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`); False where
+    there is no glibc. Compiling the policy frees several MiB that the heap would otherwise
+    keep: measured 5 MiB of RSS after start-up with the packaged policy."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # the process's own symbols: libc's where it is glibc
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:

@@ -1,8 +1,14 @@
 """In-process state: the default for a single sidecar that may forget on restart.
 
-Memory is bounded: each session is an OrderedDict in LRU order, and sessions themselves are
-kept in LRU order, so the total bound evicts the oldest entry of the least recently active
-session (an approximation of global LRU that costs no extra per-entry structure).
+Memory is bounded: each session keeps its calls in LRU order, and sessions themselves are kept
+in LRU order, so the total bound evicts the oldest entry of the least recently active session
+(an approximation of global LRU that costs no extra per-entry structure).
+
+The ledger is the one structure here that grows with traffic (up to `max_entries_total`
+calls), so an entry is kept compact: plain dicts (insertion order is the LRU order; a touch
+re-inserts), sha256 digests as their 32 bytes instead of 64 hex characters, and the result
+fields in one slot that stays empty until a result comes. `bench/bench_sessions.py` measures
+what this saves.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from dataclasses import replace
+from typing import TypeVar
 
 from sidecar.state.base import (
     Approval,
@@ -24,16 +31,90 @@ from sidecar.state.base import (
     matches,
 )
 
+# A sha256 hex digest is kept as its 32 bytes (65 bytes of memory instead of 113); any other
+# string (a test's "k1", an empty hash) is kept as given. The two never compare equal.
+Digest = bytes | str
+# The replay index is one dict for all sessions. Replay keys are digests over the session
+# (sidecar/identity.py), so their bytes alone are unique; a key that is not a digest, or a
+# digest another session already holds, is qualified by its session.
+ReplayIndexKey = bytes | tuple[str, str]
+_V = TypeVar("_V")
+
+
+def _pack(hex_digest: str) -> Digest:
+    if len(hex_digest) == 64:
+        try:
+            raw = bytes.fromhex(hex_digest)
+        except ValueError:
+            return hex_digest
+        if raw.hex() == hex_digest:  # lower case only: unpacking must give the same string back
+            return raw
+    return hex_digest
+
+
+def _unpack(digest: Digest) -> str:
+    return digest.hex() if isinstance(digest, bytes) else digest
+
+
+def _replay_key(key: ReplayIndexKey) -> str:
+    return key.hex() if isinstance(key, bytes) else key[1]
+
+
+class _Answer:
+    """A call's result, once the agent sent one."""
+
+    __slots__ = ("at", "is_error", "result", "truncated")
+
+    def __init__(self, result: str, truncated: bool, is_error: bool, at: float) -> None:
+        self.result, self.truncated, self.is_error, self.at = result, truncated, is_error, at
+
+
+class _Entry:
+    """One delivered call: a `CallRecord` without its session (the session holds it)."""
+
+    __slots__ = ("answer", "args_hash", "call_id", "count", "delivered_at", "replay_key", "session", "tool")
+
+    def __init__(self, session: str, rec: CallRecord, replay_key: ReplayIndexKey) -> None:
+        self.session = session  # the session's own string: one per session, not per call
+        self.call_id = rec.call_id
+        self.tool = sys.intern(rec.tool)
+        self.args_hash = _pack(rec.args_hash)
+        self.replay_key = replay_key
+        self.delivered_at = rec.delivered_at
+        self.answer: _Answer | None = None
+        self.count = 1
+
+    def record(self) -> CallRecord:
+        """A copy for the caller: editing it never edits the ledger."""
+        a = self.answer
+        return CallRecord(
+            self.session,
+            self.call_id,
+            self.tool,
+            _unpack(self.args_hash),
+            _replay_key(self.replay_key),
+            self.delivered_at,
+            result=a.result if a else None,
+            result_is_error=a.is_error if a else None,
+            result_at=a.at if a else None,
+            result_truncated=a.truncated if a else False,
+            count=self.count,
+        )
+
 
 class _Session:
-    __slots__ = ("calls", "counts", "last_expiry", "name", "replays")
+    __slots__ = ("calls", "counts", "last_expiry", "name")
 
     def __init__(self, name: str) -> None:
-        self.name = name  # one string shared by all the session's records (memory per call)
-        self.calls: OrderedDict[str, CallRecord] = OrderedDict()
-        self.replays: dict[str, str] = {}  # replay key -> call id of its first delivery
+        self.name = name
+        self.calls: dict[str, _Entry] = {}  # by call id, least recently used first
         self.counts: dict[str, int] = {}
         self.last_expiry = 0.0  # when the newest call expires: the session's counts go then
+
+
+def _to_end(d: dict[str, _V], key: str) -> None:
+    """Move `key` to the most recently used end of an insertion-ordered dict."""
+    d[key] = d.pop(key)
 
 
 class MemoryStore:
@@ -43,7 +124,8 @@ class MemoryStore:
 
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._sessions: dict[str, _Session] = {}  # least recently active first
+        self._replays: dict[ReplayIndexKey, _Entry] = {}  # replay key -> its first live delivery
         self._total = 0
         self._approvals: dict[str, Approval] = {}
         self._newest_approval: dict[tuple[str, str, str], str] = {}
@@ -61,23 +143,43 @@ class MemoryStore:
     def _drop_session(self, session: str) -> None:
         s = self._sessions.pop(session)
         self._total -= len(s.calls)
-
-    def _evict_one(self, s: _Session) -> None:
-        self._evict(s, next(iter(s.calls)))
+        for entry in s.calls.values():
+            self._unindex(entry)
 
     def _evict(self, s: _Session, call_id: str) -> None:
-        rec = s.calls.pop(call_id)
-        if s.replays.get(rec.replay_key) == rec.call_id:
-            del s.replays[rec.replay_key]
+        self._unindex(s.calls.pop(call_id))
         self._total -= 1
 
-    def _touch(self, session: str, s: _Session, rec: CallRecord) -> None:
-        s.calls.move_to_end(rec.call_id)
-        self._sessions.move_to_end(session)
+    def _unindex(self, entry: _Entry) -> None:
+        if self._replays.get(entry.replay_key) is entry:
+            del self._replays[entry.replay_key]
 
-    def _live(self, s: _Session | None, call_id: str | None) -> CallRecord | None:
-        rec = s.calls.get(call_id) if s is not None and call_id is not None else None
-        return rec if rec is not None and self.limits.alive(rec) else None
+    def _indexed(self, session: str, replay_key: str) -> tuple[ReplayIndexKey, _Entry | None]:
+        """Where a new delivery of this session's replay key goes in the index, and the
+        entry the index holds for it now (either form), if any."""
+        packed = _pack(replay_key)
+        qualified = (session, replay_key)
+        if isinstance(packed, bytes):
+            holder = self._replays.get(packed)
+            if holder is None:
+                return packed, self._replays.get(qualified)
+            if holder.session == session:
+                return packed, holder
+        return qualified, self._replays.get(qualified)
+
+    def _touch(self, s: _Session, entry: _Entry) -> None:
+        _to_end(s.calls, entry.call_id)
+        _to_end(self._sessions, s.name)
+
+    def _live(self, entry: _Entry | None) -> _Entry | None:
+        alive = entry is not None and self.limits.clock() < entry.delivered_at + self.limits.ttl_s
+        return entry if alive else None
+
+    def _replay(self, session: str, replay_key: str) -> tuple[_Session | None, _Entry | None]:
+        s = self._session(session)
+        if s is None:
+            return None, None
+        return s, self._live(self._indexed(session, replay_key)[1])
 
     async def record_call(self, rec: CallRecord) -> None:
         lim = self.limits
@@ -90,55 +192,54 @@ class MemoryStore:
         s = self._session(rec.session)
         if s is None:
             s = self._sessions[rec.session] = _Session(rec.session)
-        rec = replace(rec, session=s.name, tool=sys.intern(rec.tool), count=1)
         if rec.call_id in s.calls:  # recorded again: the new delivery replaces the old one
             self._evict(s, rec.call_id)
-        first = self._live(s, s.replays.get(rec.replay_key))
-        if first is not None and first.call_id != rec.call_id:
+        index_key, held = self._indexed(s.name, rec.replay_key)
+        entry = _Entry(s.name, rec, index_key)
+        first = self._live(held)
+        if first is not None and first.call_id != entry.call_id:
             first.count += 1
-            s.calls.move_to_end(first.call_id)
+            _to_end(s.calls, first.call_id)
         else:
-            s.replays[rec.replay_key] = rec.call_id
-        s.calls[rec.call_id] = rec
+            self._replays[entry.replay_key] = entry
+        s.calls[entry.call_id] = entry
         self._total += 1
-        self._touch(rec.session, s, rec)
-        s.counts[rec.tool] = s.counts.get(rec.tool, 0) + 1
+        self._touch(s, entry)
+        s.counts[entry.tool] = s.counts.get(entry.tool, 0) + 1
         s.last_expiry = max(s.last_expiry, lim.expires_at(rec))
         while len(s.calls) > lim.max_per_session:
-            self._evict_one(s)
+            self._evict(s, next(iter(s.calls)))
         while self._total > lim.max_total:
             oldest_name, oldest = next(iter(self._sessions.items()))
             if oldest.calls:
-                self._evict_one(oldest)
+                self._evict(oldest, next(iter(oldest.calls)))
             if not oldest.calls and oldest is not s:
                 self._drop_session(oldest_name)
 
     async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:
-        s = self._session(session)
-        rec = self._live(s, s.replays.get(replay_key) if s else None)
-        return replace(rec) if rec else None
+        _, entry = self._replay(session, replay_key)
+        return entry.record() if entry is not None else None
 
     async def note_replay(self, session: str, replay_key: str) -> int:
-        s = self._session(session)
-        rec = self._live(s, s.replays.get(replay_key) if s else None)
-        if s is None or rec is None:
+        s, entry = self._replay(session, replay_key)
+        if s is None or entry is None:
             return 0
-        rec.count += 1
-        self._touch(session, s, rec)
-        return rec.count
+        entry.count += 1
+        self._touch(s, entry)
+        return entry.count
 
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
-        rec = self._live(self._session(session), call_id)
-        return replace(rec) if rec else None
+        s = self._session(session)
+        entry = self._live(s.calls.get(call_id) if s is not None else None)
+        return entry.record() if entry is not None else None
 
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         s = self._session(session)
-        rec = self._live(s, call_id)
-        if s is None or rec is None or rec.result_at is not None:
+        entry = self._live(s.calls.get(call_id) if s is not None else None)
+        if s is None or entry is None or entry.answer is not None:
             return False
-        rec.result, rec.result_truncated = self.limits.truncate(result)
-        rec.result_is_error, rec.result_at = is_error, at
-        self._touch(session, s, rec)
+        entry.answer = _Answer(*self.limits.truncate(result), is_error, at)
+        self._touch(s, entry)
         return True
 
     async def session_counts(self, session: str) -> tuple[int, dict[str, int]]:

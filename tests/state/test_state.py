@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -76,6 +77,27 @@ async def test_replay_found_and_counted(store: StateStore) -> None:
     found = await store.find_replay("s1", first.replay_key)
     assert found is not None and (found.call_id, found.count) == ("c1", 3)
     assert await store.note_replay("s1", "unknown") == 0
+
+
+async def test_one_replay_key_in_two_sessions(make_store: MakeStore) -> None:
+    """A replay key is the session's own even when another session records the same one (a
+    caller whose keys do not hash the session): each session finds its own delivery, also
+    after the other one's is gone."""
+    store = await make_store(max_per_session=2)
+    first = call("a1", session="a")
+    shared = first.replay_key
+    await store.record_call(first)
+    await store.record_call(replace(call("b1", session="b"), replay_key=shared))
+    for session, call_id in (("a", "a1"), ("b", "b1")):
+        found = await store.find_replay(session, shared)
+        assert found is not None and (found.session, found.call_id, found.count) == (session, call_id, 1)
+    for n in (2, 3):  # a1 leaves: two per session
+        await store.record_call(call(f"a{n}", {"n": n}, session="a"))
+    assert await store.find_replay("a", shared) is None
+    assert await store.note_replay("b", shared) == 2
+    await store.record_call(replace(call("b2", session="b"), replay_key=shared))  # a replay, counted
+    found = await store.find_replay("b", shared)
+    assert found is not None and (found.call_id, found.count) == ("b1", 3)
 
 
 async def test_result_matching_and_duplicates(store: StateStore) -> None:
