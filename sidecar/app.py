@@ -9,7 +9,7 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -33,7 +33,6 @@ from sidecar.filters.results import ResultMatcher
 from sidecar.filters.stored import StoredRepliesFilter
 from sidecar.filters.telemetry import TelemetryFilter
 from sidecar.filters.tool_list import ToolListFilter
-from sidecar.filters.tracing import tracing_from_settings
 from sidecar.inspection import MarkerError
 from sidecar.mcp.runner import McpRunner
 from sidecar.model import Provider, RefusalReason
@@ -56,6 +55,9 @@ from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.loop_lag import LoopLagMonitor
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.rejection_log import RejectionLog
+
+if TYPE_CHECKING:
+    from sidecar.filters.tracing import TracingFilter
 
 log = logging.getLogger("sidecar")
 
@@ -104,8 +106,13 @@ class Sidecar:
         self.result_policy = ResultPolicy(settings, self.policy, self.metrics, self.state, self.result_rules)
         # Human approvals live in the same store (see sidecar/approvals/__init__.py).
         self.approvals = ApprovalService(settings, self.state, self.metrics)
-        # Traces only when an OTLP endpoint is configured: otherwise no filter, no cost.
-        self.tracing = tracing_from_settings(settings.telemetry)
+        # Traces only when an OTLP endpoint is configured: otherwise no filter, no cost (not
+        # even the OpenTelemetry SDK's import: 2 MiB of memory).
+        self.tracing: TracingFilter | None = None
+        if settings.telemetry.otlp_endpoint:
+            from sidecar.filters.tracing import TracingFilter
+
+            self.tracing = TracingFilter(settings.telemetry)
         # Calls refused in responses the provider keeps: never handed out by a read-back.
         self.refused_calls = RefusedCalls(self.state)
         # Model-path calls the MCP path may execute: one logical call across both (docs/mcp.md).

@@ -9,7 +9,6 @@ from aiohttp import web
 from sidecar.admin.approvals import add_approval_routes
 from sidecar.admin.auth import AdminAuth
 from sidecar.admin.responses import json_response
-from sidecar.admin.slack import add_slack_routes
 from sidecar.approvals import ApprovalService
 from sidecar.config import Settings
 from sidecar.schemas.inventory import ToolInventory
@@ -84,5 +83,8 @@ def build_admin_app(sidecar: AdminBackend) -> web.Application:
     # Approvals: bearer token on every endpoint (sidecar/admin/approvals.py).
     add_approval_routes(app, sidecar.approvals, AdminAuth(sidecar.settings))
     # Slack interactive approvals (when configured): signed by Slack, not by a bearer token.
-    add_slack_routes(app, sidecar.approvals)
+    if sidecar.approvals.slack is not None:
+        from sidecar.admin.slack import add_slack_routes  # the Slack SDK only when configured
+
+        add_slack_routes(app, sidecar.approvals)
     return app

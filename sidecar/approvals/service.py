@@ -11,17 +11,19 @@ import contextlib
 import logging
 import secrets
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar.approvals.approvers import ApprovalForbidden, Approver, Channel, DecisionRule, RefusalReason
 from sidecar.approvals.notifier import WebhookNotifier
-from sidecar.approvals.slack import SlackApprovals
 from sidecar.config import Settings
 from sidecar.state import Approval, ApprovalConflict, ApprovalNotFound, Decision, StateStore, StateUnavailable
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.redact import redact
 from sidecar.timefmt import iso_or_none, iso_utc
+
+if TYPE_CHECKING:  # imported when configured: the Slack SDK costs 3 MiB of memory otherwise
+    from sidecar.approvals.slack import SlackApprovals
 
 log = logging.getLogger("sidecar.approvals")
 
@@ -54,7 +56,11 @@ class ApprovalService:
         self.notifier = notifier or WebhookNotifier(settings.approvals, metrics)
         # Slack interactive approvals, when configured: the request message with its buttons.
         slack = settings.approvals.slack
-        self.slack = SlackApprovals(slack, metrics) if slack is not None else None
+        self.slack: SlackApprovals | None = None
+        if slack is not None:
+            from sidecar.approvals.slack import SlackApprovals
+
+            self.slack = SlackApprovals(slack, metrics)
         # Who may decide what: the approval's group, or the operator's admin group.
         self.rule = DecisionRule(settings.approvals.admin_group)
         # Set by `sidecar.app.start` to the bound admin address unless configured.

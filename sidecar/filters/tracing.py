@@ -575,9 +575,4 @@ def _short_hash(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
-def tracing_from_settings(settings: TelemetrySettings) -> TracingFilter | None:
-    """The tracing filter, or None when no OTLP endpoint is configured (then nothing runs)."""
-    return TracingFilter(settings) if settings.otlp_endpoint else None
-
-
-__all__: Sequence[str] = ("DURATION_BUCKETS", "TOOL_DURATION_METRIC", "TracingFilter", "tracing_from_settings")
+__all__: Sequence[str] = ("DURATION_BUCKETS", "TOOL_DURATION_METRIC", "TracingFilter")
