@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.runtime import release_free_memory
+from sidecar.runtime import settle_heap
 
 
 def _rss_mib() -> float:
@@ -18,13 +18,13 @@ def _rss_mib() -> float:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
-def test_release_free_memory_returns_freed_heap_pages() -> None:
+def test_settle_heap_returns_freed_heap_pages() -> None:
     # 40 MiB in C-heap blocks (above pymalloc's 512 bytes, below mmap's threshold), freed but
     # for every 64th: the survivors pin the heap's top, so only malloc_trim gives pages back.
     blocks = [bytes(2048) + i.to_bytes(4, "little") for i in range(20_000)]
     keep = blocks[::64]
     del blocks
     before = _rss_mib()
-    assert release_free_memory()
+    assert settle_heap()
     assert before - _rss_mib() > 10
     assert keep
