@@ -70,7 +70,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def _run(args: argparse.Namespace) -> int:
     from sidecar.app import serve
-    from sidecar.runtime import run_loop, settle_gc
+    from sidecar.runtime import run_loop, settle_process
     from sidecar.telemetry.logs import configure_logging
     from sidecar.workers import STARTUP_ERRORS, Supervisor, check_workers
 
@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.workers > 1:
             run_loop(Supervisor(settings, args.workers).run())
         else:
-            run_loop(serve(settings, ready=lambda _running: settle_gc()))
+            run_loop(serve(settings, ready=lambda _running: settle_process()))
     except STARTUP_ERRORS as exc:
         print(f"sidecar: cannot start: {exc}", file=sys.stderr)
         return 1

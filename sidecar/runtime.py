@@ -18,9 +18,9 @@ from typing import Any
 GC_THRESHOLDS = (7_000, 20, 20)
 
 
-def settle_gc() -> None:
-    """Once serving: what start-up built (modules, policy, schemas) is never collected, and
-    young collections run a tenth as often; the C heap is settled too (`settle_heap`)."""
+def settle_process() -> None:
+    """Once serving: what start-up built (modules, policy, schemas) is never collected, young
+    collections run a tenth as often, and the C heap is settled (`settle_heap`)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
@@ -33,7 +33,8 @@ MMAP_THRESHOLD_BYTES = 1 << 20
 
 
 def _glibc() -> ctypes.CDLL | None:
-    """The process's own symbols, where libc is glibc (it has malloc_trim); None elsewhere."""
+    """The process's own symbols where libc is glibc (probed by `malloc_trim`, which only glibc
+    has; `mallopt` comes with it); None elsewhere."""
     try:
         libc = ctypes.CDLL(None)
         libc.malloc_trim  # noqa: B018 (the probe: AttributeError without glibc)

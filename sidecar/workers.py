@@ -9,7 +9,7 @@ all of them:
 - `/metrics`: every worker's metrics in one exposition, each series labelled `worker="<i>"`
   (sum over `worker` for the pod), plus the supervisor's `sidecar_workers`,
   `sidecar_worker_restarts_total` and `sidecar_worker_scrape_failures_total` (a worker that
-  does not answer within WORKER_ADMIN_TIMEOUT_S is left out of that scrape, and counted);
+  does not answer with 200 within WORKER_ADMIN_TIMEOUT_S is left out of that scrape, and counted);
 - `/readyz`: 200 while at least one worker is ready and the supervisor is not draining; the body
   lists each worker's own readiness;
 - `/healthz`: the supervisor's loop answers;
@@ -49,7 +49,7 @@ from prometheus_client.samples import Sample
 from sidecar.app import Running, serve
 from sidecar.config import ConfigError, Settings
 from sidecar.policy.sources import PolicyLoadError
-from sidecar.runtime import run_loop, settle_gc
+from sidecar.runtime import run_loop, settle_process
 from sidecar.startup import PortBindError, PortPurpose
 from sidecar.telemetry.logs import configure_logging, log_event
 
@@ -98,7 +98,7 @@ def _worker_main(settings: Settings, announce: Connection) -> None:
     configure_logging(settings.telemetry.log_level)
 
     def ready(running: Running) -> None:
-        settle_gc()
+        settle_process()
         announce.send(running.admin_url)
         announce.close()
 
@@ -343,7 +343,7 @@ class Supervisor:
         restarts.add_sample("sidecar_worker_restarts_total", {}, float(self.restarts))
         missed = Metric(
             "sidecar_worker_scrape_failures",
-            "Times a worker's metrics were left out of a scrape (it did not answer in time).",
+            "Times a worker's metrics were left out of a scrape (no 200 answer in time).",
             "counter",
         )
         missed.add_sample("sidecar_worker_scrape_failures_total", {}, float(self.scrape_failures))

@@ -201,15 +201,18 @@ class ResultPolicy(PolicyPhase):
             outcome = await self.outcome(ex, result, record, tool)
             if outcome.action is ResultAction.ALLOW or self.mode != "enforce":
                 continue
-            redacted = None
-            if outcome.action is ResultAction.REDACT and outcome.inspection is not None:
-                redacted = self.inspector.redact(result.content, outcome.inspection, outcome.redact)
-            ex.put(RESULT_REWRITE, ResultRewrite(withheld_notice(tool, outcome.reasons), redacted))
+            rewrite = ResultRewrite(withheld_notice(tool, outcome.reasons), self._redacted(result, outcome))
+            ex.put(RESULT_REWRITE, rewrite)
 
-    def _rewritten(self, result: ToolResult, outcome: ResultOutcome, tool: str) -> Any:
+    def _redacted(self, result: ToolResult, outcome: ResultOutcome) -> Any | None:
+        """The result's content redacted, when the outcome is a redaction; None: withhold it."""
         if outcome.action is ResultAction.REDACT and outcome.inspection is not None:
             return self.inspector.redact(result.content, outcome.inspection, outcome.redact)
-        return withheld_notice(tool, outcome.reasons)
+        return None
+
+    def _rewritten(self, result: ToolResult, outcome: ResultOutcome, tool: str) -> Any:
+        redacted = self._redacted(result, outcome)
+        return redacted if redacted is not None else withheld_notice(tool, outcome.reasons)
 
     async def outcome(
         self, ex: Exchange, result: ToolResult, record: ToolResultRecord | None, tool: str, applies: bool = True

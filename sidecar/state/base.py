@@ -132,6 +132,13 @@ def matches(a: Approval, status: str | None, group: str | None, tool: str | None
     )
 
 
+class Delivered(Protocol):
+    """What the TTL is counted from: a `CallRecord`, or a backend's own form of one."""
+
+    @property
+    def delivered_at(self) -> float: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """The ledger bounds from `StateSettings`, plus the clock (injectable for tests)."""
@@ -146,10 +153,10 @@ class Limits:
     def from_settings(cls, s: StateSettings, clock: Clock = time.time) -> Limits:
         return cls(s.ledger_ttl_s, s.max_entries_per_session, s.max_entries_total, s.max_result_bytes, clock)
 
-    def expires_at(self, rec: CallRecord) -> float:
+    def expires_at(self, rec: Delivered) -> float:
         return rec.delivered_at + self.ttl_s
 
-    def alive(self, rec: CallRecord, now: float | None = None) -> bool:
+    def alive(self, rec: Delivered, now: float | None = None) -> bool:
         return (self.clock() if now is None else now) < self.expires_at(rec)
 
     def truncate(self, result: str) -> tuple[str, bool]:

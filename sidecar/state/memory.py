@@ -175,8 +175,7 @@ class MemoryStore:
         self._sessions.move_to_end(s.name)
 
     def _live(self, entry: _Entry | None) -> _Entry | None:
-        alive = entry is not None and self.limits.clock() < entry.delivered_at + self.limits.ttl_s
-        return entry if alive else None
+        return entry if entry is not None and self.limits.alive(entry) else None
 
     def _replay(self, session: str, replay_key: str) -> tuple[_Session | None, _Entry | None]:
         s = self._session(session)
