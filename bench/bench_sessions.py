@@ -8,6 +8,7 @@ entries until `state.max_entries_total` (100,000) is reached; from there the led
 oldest and RSS should stay flat. Nothing is asserted: the numbers are printed.
 
 Run: .venv/bin/python bench/bench_sessions.py [--sessions 100000] [--every 25000] [--policies SPEC]
+     [--max-entries N]
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ async def drive(sidecar: Service, sessions: int, every: int) -> None:
         await asyncio.gather(*(loop() for _ in range(CONNECTIONS)))
 
 
-async def main(sessions: int, every: int, policies: str) -> None:
+async def main(sessions: int, every: int, policies: str, max_entries: int | None) -> None:
     check_turn()
-    async with mock_and_sidecar("sidecar-sessions-", policies) as (_mock, sidecar):
+    state: dict[str, object] = {} if max_entries is None else {"max_entries_total": max_entries}
+    async with mock_and_sidecar("sidecar-sessions-", policies, state) as (_mock, sidecar):
         await drive(sidecar, sessions, every)
 
 
@@ -72,5 +74,11 @@ if __name__ == "__main__":
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--every", type=int, default=25_000, help="print RSS every this many sessions")
     parser.add_argument("--policies", default="builtin")
+    parser.add_argument(
+        "--max-entries",
+        type=int,
+        default=None,
+        help="state.max_entries_total instead of its default (100,000): what the rest of the sidecar holds",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.sessions, args.every, args.policies))
+    asyncio.run(main(args.sessions, args.every, args.policies, args.max_entries))

@@ -64,8 +64,12 @@ def start_sidecar(
     policies: str,
     otlp_endpoint: str | None = None,
     workers: int = 1,
+    state: dict[str, object] | None = None,
 ) -> Service:
+    """One `sidecar run`; `state` adds to its state settings (a benchmark sizing the ledger)."""
     settings, proxy_url, admin_url = sidecar_settings(name, mock_url, workdir, policies, otlp_endpoint, workers)
+    if state:
+        settings["state"] = {**settings["state"], **state}  # type: ignore[dict-item]
     config = workdir / f"{name}.yaml"
     config.write_bytes(orjson.dumps(settings, option=orjson.OPT_INDENT_2))
     scale = ["--workers", str(workers)] if workers > 1 else []
@@ -83,13 +87,15 @@ def start_mock(services: Services) -> Service:
 
 
 @asynccontextmanager
-async def mock_and_sidecar(prefix: str, policies: str) -> AsyncIterator[tuple[Service, Service]]:
+async def mock_and_sidecar(
+    prefix: str, policies: str, state: dict[str, object] | None = None
+) -> AsyncIterator[tuple[Service, Service]]:
     """The mock and one `sidecar run` in front of it, both ready; both stopped on the way out."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         services = Services(Path(tmp))
         try:
             mock = start_mock(services)
-            sidecar = start_sidecar(services, "sidecar", mock.url, Path(tmp), policies)
+            sidecar = start_sidecar(services, "sidecar", mock.url, Path(tmp), policies, state=state)
             await asyncio.gather(mock.wait_ready(), sidecar.wait_ready())
             yield mock, sidecar
         finally:

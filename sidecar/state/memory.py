@@ -5,18 +5,29 @@ in LRU order, so the total bound evicts the oldest entry of the least recently a
 (an approximation of global LRU that costs no extra per-entry structure).
 
 The ledger is the one structure here that grows with traffic (up to `max_entries_total`
-calls), so an entry is kept compact: a session's calls in a plain dict (insertion order is the
-LRU order; a touch re-inserts), sha256 digests as their 32 bytes instead of 64 hex characters,
-and the result fields in one slot that stays empty until a result comes.
-`bench/bench_sessions.py` measures what this saves; `bench/bench_state.py` what it costs.
+calls), so it is kept compact:
+
+- a call is one small object and one bytes record (`_record`): when it was delivered, whether
+  it holds its replay key, and its call id, replay key and arguments hash (sha256 digests as
+  their 32 bytes); its result takes a slot that stays empty until the result comes;
+- a session of up to `_SMALL` calls keeps them in a list and scans it (a few comparisons of
+  bytes, no allocation); a larger one gets a dict by call id and one by replay key. So a
+  session's replay lookups never cost an index entry while it is small, and never a scan
+  longer than `_SMALL` once it is not;
+- a session's per-tool counts are counted from its calls until one of them leaves while the
+  session lives on (or it outgrows `_SMALL`); from then they are kept.
+
+`bench/bench_sessions.py` measures what this holds (RSS after 100,000 sessions);
+`bench/bench_state.py` what it costs per operation.
 """
 
 from __future__ import annotations
 
+import struct
 import sys
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import TypeVar
 
 from sidecar.state.base import (
     Approval,
@@ -31,33 +42,40 @@ from sidecar.state.base import (
     matches,
 )
 
-# A sha256 hex digest is kept as its 32 bytes (65 bytes of memory instead of 113); any other
-# string (a test's "k1", an empty hash) is kept as given. The two never compare equal.
-Digest = bytes | str
-# The replay index is one dict for all sessions. Replay keys are digests over the session
-# (sidecar/identity.py), so their bytes alone are unique; a key that is not a digest, or a
-# digest another session already holds, is qualified by its session.
-ReplayIndexKey = bytes | tuple[str, str]
-_V = TypeVar("_V")
+_SMALL = 8  # calls a session keeps in a list it scans; past this, it gets dicts
+_HEAD = struct.Struct("<dB")  # delivered_at, whether the call holds its replay key
+_HOLDS_AT = _HEAD.size - 1  # where that flag is
+_LENGTH = struct.Struct("<I")
+_DIGEST, _TEXT = 0, 1  # a field's first byte: 32 raw bytes follow, or a length and UTF-8
+_DIGEST_MARK, _TEXT_MARK = bytes((_DIGEST,)), bytes((_TEXT,))
 
 
-def _pack(hex_digest: str) -> Digest:
-    if len(hex_digest) == 64:
+def _field(text: str) -> bytes:
+    """One string as a record field. A lower-case sha256 hex digest is kept as its 32 bytes;
+    any other string (a call id, a test's "k1") as its UTF-8 after its length. The encoding is
+    prefix-free, so `record.startswith(field, offset)` is an exact comparison."""
+    if len(text) == 64:
         try:
-            raw = bytes.fromhex(hex_digest)
+            raw = bytes.fromhex(text)
         except ValueError:
-            return hex_digest
-        if raw.hex() == hex_digest:  # lower case only: unpacking must give the same string back
-            return raw
-    return hex_digest
+            raw = b""
+        if raw and raw.hex() == text:  # lower case only: decoding must give the same string back
+            return _DIGEST_MARK + raw
+    data = text.encode("utf-8", "surrogatepass")
+    return _TEXT_MARK + _LENGTH.pack(len(data)) + data
 
 
-def _unpack(digest: Digest) -> str:
-    return digest.hex() if isinstance(digest, bytes) else digest
+def _field_end(record: bytes, at: int) -> int:
+    if record[at] == _DIGEST:
+        return at + 33
+    return at + 5 + int(_LENGTH.unpack_from(record, at + 1)[0])
 
 
-def _replay_key(key: ReplayIndexKey) -> str:
-    return key.hex() if isinstance(key, bytes) else key[1]
+def _read_field(record: bytes, at: int) -> tuple[str, int]:
+    end = _field_end(record, at)
+    if record[at] == _DIGEST:
+        return record[at + 1 : end].hex(), end
+    return record[at + 5 : end].decode("utf-8", "surrogatepass"), end
 
 
 class _Answer:
@@ -70,29 +88,55 @@ class _Answer:
 
 
 class _Entry:
-    """One delivered call: a `CallRecord` without its session (the session holds it)."""
+    """One delivered call: a `CallRecord` without its session (the session holds it).
 
-    __slots__ = ("answer", "args_hash", "call_id", "count", "delivered_at", "replay_key", "session", "tool")
+    `record` is the head (`_HEAD`) followed by three fields (`_field`): call id, replay key,
+    arguments hash. It never changes; the count and the answer do."""
 
-    def __init__(self, session: str, rec: CallRecord, replay_key: ReplayIndexKey) -> None:
-        self.session = session  # the session's own string: one per session, not per call
-        self.call_id = rec.call_id
+    __slots__ = ("answer", "count", "record", "tool")
+
+    def __init__(self, rec: CallRecord, call: bytes, key: bytes, holds_key: bool) -> None:
+        """`call` and `key`: the record's call id and replay key as fields (`_field`)."""
+        self.record = _HEAD.pack(rec.delivered_at, holds_key) + call + key + _field(rec.args_hash)
         self.tool = sys.intern(rec.tool)
-        self.args_hash = _pack(rec.args_hash)
-        self.replay_key = replay_key
-        self.delivered_at = rec.delivered_at
         self.answer: _Answer | None = None
         self.count = 1
 
-    def record(self) -> CallRecord:
+    @property
+    def delivered_at(self) -> float:
+        return float(_HEAD.unpack_from(self.record)[0])
+
+    @property
+    def call_id(self) -> str:
+        return _read_field(self.record, _HEAD.size)[0]
+
+    def is_call(self, call_field: bytes) -> bool:
+        return self.record.startswith(call_field, _HEAD.size)
+
+    @property
+    def holds_key(self) -> bool:
+        """Whether this delivery holds its replay key: no live one held it when it came."""
+        return self.record[_HOLDS_AT] == 1
+
+    def holds(self, key_field: bytes) -> bool:
+        return self.holds_key and self.record.startswith(key_field, _field_end(self.record, _HEAD.size))
+
+    def key_field(self) -> bytes:
+        start = _field_end(self.record, _HEAD.size)
+        return self.record[start : _field_end(self.record, start)]
+
+    def to_record(self, session: str) -> CallRecord:
         """A copy for the caller: editing it never edits the ledger."""
+        call_id, at = _read_field(self.record, _HEAD.size)
+        replay_key, at = _read_field(self.record, at)
+        args_hash, _ = _read_field(self.record, at)
         a = self.answer
         return CallRecord(
-            self.session,
-            self.call_id,
+            session,
+            call_id,
             self.tool,
-            _unpack(self.args_hash),
-            _replay_key(self.replay_key),
+            args_hash,
+            replay_key,
             self.delivered_at,
             result=a.result if a else None,
             result_is_error=a.is_error if a else None,
@@ -102,19 +146,100 @@ class _Entry:
         )
 
 
+class _Index:
+    """A large session's calls: by call id (least recently used first) and by replay key."""
+
+    __slots__ = ("by_id", "holders")
+
+    def __init__(self, entries: list[_Entry]) -> None:
+        self.by_id: dict[str, _Entry] = {}
+        self.holders: dict[bytes, _Entry] = {}
+        for entry in entries:
+            self.add(entry, entry.call_id, entry.key_field())
+
+    def add(self, entry: _Entry, call_id: str, key: bytes) -> None:
+        self.by_id[call_id] = entry
+        if entry.holds_key:
+            self.holders[key] = entry
+
+    def remove(self, entry: _Entry) -> None:
+        del self.by_id[entry.call_id]
+        key = entry.key_field()
+        if self.holders.get(key) is entry:
+            del self.holders[key]
+
+
 class _Session:
-    __slots__ = ("calls", "counts", "last_expiry", "name")
+    """One session's calls, least recently used first: a list while small, else an `_Index`."""
+
+    __slots__ = ("calls", "last_expiry", "name", "tally")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.calls: dict[str, _Entry] = {}  # by call id, least recently used first
-        self.counts: dict[str, int] = {}
+        self.calls: list[_Entry] | _Index = []
+        self.tally: dict[str, int] | None = None  # kept per-tool counts; None: count the calls
         self.last_expiry = 0.0  # when the newest call expires: the session's counts go then
 
+    def __len__(self) -> int:
+        calls = self.calls
+        return len(calls) if isinstance(calls, list) else len(calls.by_id)
 
-def _to_end(d: dict[str, _V], key: str) -> None:
-    """Move `key` to the most recently used end of an insertion-ordered dict."""
-    d[key] = d.pop(key)
+    def entries(self) -> Iterator[_Entry]:
+        calls = self.calls
+        return iter(calls) if isinstance(calls, list) else iter(calls.by_id.values())
+
+    def oldest(self) -> _Entry:
+        return next(self.entries())
+
+    def get(self, call_id: str) -> _Entry | None:
+        calls = self.calls
+        if isinstance(calls, _Index):
+            return calls.by_id.get(call_id)
+        wanted = _field(call_id)
+        return next((e for e in calls if e.is_call(wanted)), None)
+
+    def holder(self, key: bytes) -> _Entry | None:
+        """The newest delivery holding this replay key (a `_field`); the caller checks that it
+        is live. An older holder of the same key has expired: a new one is made only when none is."""
+        calls = self.calls
+        if isinstance(calls, _Index):
+            return calls.holders.get(key)
+        return next((e for e in reversed(calls) if e.holds(key)), None)
+
+    def add(self, entry: _Entry, call_id: str, key: bytes) -> None:
+        calls = self.calls
+        if self.tally is not None:
+            self.tally[entry.tool] = self.tally.get(entry.tool, 0) + 1
+        if isinstance(calls, _Index):
+            calls.add(entry, call_id, key)
+            return
+        calls.append(entry)
+        if len(calls) > _SMALL:
+            self.tally = self.counts()
+            self.calls = _Index(calls)
+
+    def remove(self, entry: _Entry) -> None:
+        """The entry leaves; the session's counts still count it."""
+        if self.tally is None:
+            self.tally = self.counts()
+        self.calls.remove(entry)
+
+    def touch(self, entry: _Entry) -> None:
+        calls = self.calls
+        if isinstance(calls, list):
+            calls.remove(entry)
+            calls.append(entry)
+        else:
+            call_id = entry.call_id
+            calls.by_id[call_id] = calls.by_id.pop(call_id)
+
+    def counts(self) -> dict[str, int]:
+        if self.tally is not None:
+            return dict(self.tally)
+        counts: dict[str, int] = {}
+        for entry in self.entries():
+            counts[entry.tool] = counts.get(entry.tool, 0) + 1
+        return counts
 
 
 class MemoryStore:
@@ -128,7 +253,6 @@ class MemoryStore:
         # a plain dict finds its first entry by skipping the slots its deletions left (measured
         # 8 -> 34 us per record_call once the total bound evicts).
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._replays: dict[ReplayIndexKey, _Entry] = {}  # replay key -> its first live delivery
         self._total = 0
         self._approvals: dict[str, Approval] = {}
         self._newest_approval: dict[tuple[str, str, str], str] = {}
@@ -144,44 +268,26 @@ class MemoryStore:
         return s
 
     def _drop_session(self, session: str) -> None:
-        s = self._sessions.pop(session)
-        self._total -= len(s.calls)
-        for entry in s.calls.values():
-            self._unindex(entry)
+        self._total -= len(self._sessions.pop(session))
 
-    def _evict(self, s: _Session, call_id: str) -> None:
-        self._unindex(s.calls.pop(call_id))
+    def _evict(self, s: _Session, entry: _Entry) -> None:
+        s.remove(entry)
         self._total -= 1
 
-    def _unindex(self, entry: _Entry) -> None:
-        if self._replays.get(entry.replay_key) is entry:
-            del self._replays[entry.replay_key]
-
-    def _indexed(self, session: str, replay_key: str) -> tuple[ReplayIndexKey, _Entry | None]:
-        """Where a new delivery of this session's replay key goes in the index, and the
-        entry the index holds for it now (either form), if any."""
-        packed = _pack(replay_key)
-        qualified = (session, replay_key)
-        if isinstance(packed, bytes):
-            holder = self._replays.get(packed)
-            if holder is None:
-                return packed, self._replays.get(qualified)
-            if holder.session == session:
-                return packed, holder
-        return qualified, self._replays.get(qualified)
-
     def _touch(self, s: _Session, entry: _Entry) -> None:
-        _to_end(s.calls, entry.call_id)
+        s.touch(entry)
         self._sessions.move_to_end(s.name)
 
     def _live(self, entry: _Entry | None) -> _Entry | None:
         return entry if entry is not None and self.limits.alive(entry) else None
 
+    def _call(self, session: str, call_id: str) -> tuple[_Session | None, _Entry | None]:
+        s = self._session(session)
+        return s, self._live(s.get(call_id) if s is not None else None)
+
     def _replay(self, session: str, replay_key: str) -> tuple[_Session | None, _Entry | None]:
         s = self._session(session)
-        if s is None:
-            return None, None
-        return s, self._live(self._indexed(session, replay_key)[1])
+        return s, self._live(s.holder(_field(replay_key)) if s is not None else None)
 
     async def record_call(self, rec: CallRecord) -> None:
         lim = self.limits
@@ -194,33 +300,30 @@ class MemoryStore:
         s = self._session(rec.session)
         if s is None:
             s = self._sessions[rec.session] = _Session(rec.session)
-        if rec.call_id in s.calls:  # recorded again: the new delivery replaces the old one
-            self._evict(s, rec.call_id)
-        index_key, held = self._indexed(s.name, rec.replay_key)
-        entry = _Entry(s.name, rec, index_key)
-        first = self._live(held)
-        if first is not None and first.call_id != entry.call_id:
+        again = s.get(rec.call_id)
+        if again is not None:  # recorded again: the new delivery replaces the old one
+            self._evict(s, again)
+        call, key = _field(rec.call_id), _field(rec.replay_key)
+        first = self._live(s.holder(key))
+        if first is not None:  # a replay: counted on the delivery that holds the key
             first.count += 1
-            _to_end(s.calls, first.call_id)
-        else:
-            self._replays[entry.replay_key] = entry
-        s.calls[entry.call_id] = entry
+            s.touch(first)
+        s.add(_Entry(rec, call, key, holds_key=first is None), rec.call_id, key)
         self._total += 1
-        self._touch(s, entry)
-        s.counts[entry.tool] = s.counts.get(entry.tool, 0) + 1
+        self._sessions.move_to_end(s.name)
         s.last_expiry = max(s.last_expiry, lim.expires_at(rec))
-        while len(s.calls) > lim.max_per_session:
-            self._evict(s, next(iter(s.calls)))
+        while len(s) > lim.max_per_session:
+            self._evict(s, s.oldest())
         while self._total > lim.max_total:
             oldest_name, oldest = next(iter(self._sessions.items()))
-            if oldest.calls:
-                self._evict(oldest, next(iter(oldest.calls)))
-            if not oldest.calls and oldest is not s:
+            if len(oldest):
+                self._evict(oldest, oldest.oldest())
+            if not len(oldest) and oldest is not s:
                 self._drop_session(oldest_name)
 
     async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:
         _, entry = self._replay(session, replay_key)
-        return entry.record() if entry is not None else None
+        return entry.to_record(session) if entry is not None else None
 
     async def note_replay(self, session: str, replay_key: str) -> int:
         s, entry = self._replay(session, replay_key)
@@ -231,13 +334,11 @@ class MemoryStore:
         return entry.count
 
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
-        s = self._session(session)
-        entry = self._live(s.calls.get(call_id) if s is not None else None)
-        return entry.record() if entry is not None else None
+        _, entry = self._call(session, call_id)
+        return entry.to_record(session) if entry is not None else None
 
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
-        s = self._session(session)
-        entry = self._live(s.calls.get(call_id) if s is not None else None)
+        s, entry = self._call(session, call_id)
         if s is None or entry is None or entry.answer is not None:
             return False
         entry.answer = _Answer(*self.limits.truncate(result), is_error, at)
@@ -246,7 +347,7 @@ class MemoryStore:
 
     async def session_counts(self, session: str) -> tuple[int, dict[str, int]]:
         s = self._session(session)
-        counts = dict(s.counts) if s else {}
+        counts = s.counts() if s else {}
         return sum(counts.values()), counts
 
     # -- approvals ---------------------------------------------------------------------------
