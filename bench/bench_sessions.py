@@ -5,7 +5,9 @@ The sidecar and the mock provider (proxybench/mock.py) run as their own processe
 is a closed loop of aiohttp connections in this one. Each request is the benchmark's 16 KB
 Anthropic body whose reply carries two read-only calls, so every session adds two ledger
 entries until `state.max_entries_total` (100,000) is reached; from there the ledger evicts the
-oldest and RSS should stay flat. Nothing is asserted: the numbers are printed.
+oldest and RSS should stay flat. Nothing is asserted: the numbers are printed, and the last
+line judges the memory target (every RSS from 100,000 sessions on within 150 MB, over a run of
+at least 10 minutes: `--sessions 275000` takes about that here).
 
 Run: .venv/bin/python bench/bench_sessions.py [--sessions 100000] [--every 25000] [--policies SPEC]
      [--max-entries N]
@@ -25,6 +27,8 @@ from proxybench.targets import mock_and_sidecar
 
 HEADERS = {"x-api-key": "sk-bench-not-a-key", "anthropic-version": "2023-06-01", "content-type": "application/json"}
 CONNECTIONS = 48
+TARGET_SESSIONS, TARGET_MB, TARGET_S = 100_000, 150.0, 600.0  # issue 16: RSS <= 150 MB, flat for 10 min
+MIB = 1024 * 1024
 
 
 def rss_mib(pid: int) -> float:
@@ -34,13 +38,32 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def verdict(readings: list[tuple[int, float]], seconds: float, errors: int) -> str:
+    """The memory target, judged from the readings (sessions, MiB) of one run: every RSS from
+    100,000 sessions on within 150 MB (10^6 bytes), over a run of at least 10 minutes."""
+    after = [mib for n, mib in readings if n >= TARGET_SESSIONS]
+    if not after:
+        return f"target RSS <= {TARGET_MB:.0f} MB after {TARGET_SESSIONS:,} sessions: not shown (fewer sessions)"
+    worst_mb = max(after) * MIB / 1e6
+    met = worst_mb <= TARGET_MB and seconds >= TARGET_S and errors == 0
+    shown = "met" if met else "missed"
+    if worst_mb <= TARGET_MB and (seconds < TARGET_S or errors):
+        shown = "not shown (" + ("errors" if errors else "the run was shorter than 10 minutes") + ")"
+    return (
+        f"target RSS <= {TARGET_MB:.0f} MB after {TARGET_SESSIONS:,} sessions, flat for 10 minutes: {shown}; "
+        f"from {TARGET_SESSIONS:,} sessions on: {min(after):.1f}-{max(after):.1f} MiB "
+        f"(at most {worst_mb:.1f} MB) over a {seconds / 60:.1f}-minute run"
+    )
+
+
 async def drive(sidecar: Service, sessions: int, every: int) -> None:
     body = body_bytes(Api.ANTHROPIC, False)
     url = f"{sidecar.url}/v1/messages"
     numbers = iter(range(sessions))
     done = errors = 0
     started = time.monotonic()
-    print(f"{0:>8} sessions  RSS {rss_mib(sidecar.pid):7.1f} MiB", flush=True)
+    readings = [(0, rss_mib(sidecar.pid))]
+    print(f"{0:>8} sessions  RSS {readings[0][1]:7.1f} MiB", flush=True)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONNECTIONS)) as http:
 
         async def loop() -> None:
@@ -51,15 +74,17 @@ async def drive(sidecar: Service, sessions: int, every: int) -> None:
                     await reply.read()
                     errors += reply.status != 200
                 done += 1
-                if done % every == 0:
+                if done % every == 0 or done == TARGET_SESSIONS:
                     seconds = time.monotonic() - started
+                    readings.append((done, rss_mib(sidecar.pid)))
                     print(
-                        f"{done:>8} sessions  RSS {rss_mib(sidecar.pid):7.1f} MiB  {errors} errors  "
+                        f"{done:>8} sessions  RSS {readings[-1][1]:7.1f} MiB  {errors} errors  "
                         f"{done / seconds:6.0f} req/s",
                         flush=True,
                     )
 
         await asyncio.gather(*(loop() for _ in range(CONNECTIONS)))
+    print(verdict(readings, time.monotonic() - started, errors), flush=True)
 
 
 async def main(sessions: int, every: int, policies: str, max_entries: int | None) -> None:
