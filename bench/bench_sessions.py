@@ -52,7 +52,7 @@ def verdict(readings: list[tuple[int, float]], seconds: float, errors: int) -> s
     return (
         f"target RSS <= {TARGET_MB:.0f} MB after {TARGET_SESSIONS:,} sessions, flat for 10 minutes: {shown}; "
         f"from {TARGET_SESSIONS:,} sessions on: {min(after):.1f}-{max(after):.1f} MiB "
-        f"(at most {worst_mb:.1f} MB) over a {seconds / 60:.1f}-minute run"
+        f"(at most {worst_mb:.1f} MB) over a run of {seconds / 60:.1f} minutes"
     )
 
 
