@@ -93,8 +93,7 @@ class CostFilter(Filter):
         prompt = ex.get(_PROMPT)
         if prompt is not None:
             self._input(prompt, usage, spent)
-        for (tool, direction), tokens in spent.items():
-            self.metrics.tool_tokens(tool, direction.value, tokens)
+        self.metrics.tool_tokens_spent((tool, direction.value, tokens) for (tool, direction), tokens in spent.items())
 
     @staticmethod
     def _output(

@@ -577,14 +577,23 @@ class Metrics:
 
     def tool_tokens(self, tool: str | None, direction: str, tokens: float) -> None:
         """Tokens attributed to a tool (an estimate, sidecar/telemetry/tokens.py). direction: one of DIRECTIONS."""
-        if tokens < 0 or tokens != tokens:
-            return
-        label = self.tools.label(tool)
-        direction_label = _bounded(direction, TOKEN_DIRECTIONS, "input")
-        self._child(self.tool_tokens_counter, label, direction_label).inc(tokens)
+        self.tool_tokens_spent(((tool, direction, tokens),))
+
+    def tool_tokens_spent(self, spent: Iterable[tuple[str | None, str, float]]) -> None:
+        """`tool_tokens` for each (tool, direction, tokens) of one reply, under one lock: a
+        reply attributes tokens to a dozen or more (tool, direction) pairs."""
+        counted: list[tuple[str, str, float]] = []
+        for tool, direction, tokens in spent:
+            if tokens < 0 or tokens != tokens:
+                continue
+            label = self.tools.label(tool)
+            direction_label = _bounded(direction, TOKEN_DIRECTIONS, "input")
+            self._child(self.tool_tokens_counter, label, direction_label).inc(tokens)
+            counted.append((label, direction_label, tokens))
         with self._lock:
-            spent = self._tool_stats(label).tokens
-            spent[direction_label] = spent.get(direction_label, 0.0) + tokens
+            for label, direction_label, tokens in counted:
+                stats = self._tool_stats(label).tokens
+                stats[direction_label] = stats.get(direction_label, 0.0) + tokens
 
     def lint_findings(self, source: LintSource) -> None:
         """Expose `sidecar_tool_lint_findings{tool,severity}`, read from `source` at scrape time
