@@ -11,13 +11,14 @@ calls), so it is kept compact:
   it holds its replay key, and its call id, replay key and arguments hash (sha256 digests as
   their 32 bytes); its result takes a slot that stays empty until the result comes;
 - a session of up to `_SMALL` calls keeps them in a list and scans it (a few comparisons of
-  bytes, no allocation); a larger one gets a dict by call id and one by replay key. So a
-  session's replay lookups never cost an index entry while it is small, and never a scan
-  longer than `_SMALL` once it is not;
+  bytes, no allocation); a larger one gets a dict by call id and one by replay key, whose
+  keys its entries share (their records keep only the rest). So a session's replay lookups
+  never cost an index entry while it is small, and never a scan longer than `_SMALL` once it
+  is not;
 - a session's per-tool counts are counted from its calls until one of them leaves while the
   session lives on (or it outgrows `_SMALL`); from then they are kept.
 
-`bench/bench_sessions.py` measures what this holds (RSS after 100,000 sessions);
+`bench/bench_sessions.py` measures what this holds (RSS after 100,000 sessions of two calls);
 `bench/bench_state.py` what it costs per operation.
 """
 
@@ -88,48 +89,57 @@ class _Answer:
 
 
 class _Entry:
-    """One delivered call: a `CallRecord` without its session (the session holds it).
+    """One delivered call of a small session: a `CallRecord` without its session (the session
+    holds it).
 
     `record` is the head (`_HEAD`) followed by three fields (`_field`): call id, replay key,
     arguments hash. It never changes; the count and the answer do."""
 
     __slots__ = ("answer", "count", "record", "tool")
 
-    def __init__(self, rec: CallRecord, call: bytes, key: bytes, holds_key: bool) -> None:
-        """`call` and `key`: the record's call id and replay key as fields (`_field`)."""
-        self.record = _HEAD.pack(rec.delivered_at, holds_key) + call + key + _field(rec.args_hash)
-        self.tool = sys.intern(rec.tool)
+    def __init__(self, record: bytes, tool: str) -> None:
+        self.record = record
+        self.tool = sys.intern(tool)
         self.answer: _Answer | None = None
         self.count = 1
+
+    @classmethod
+    def new(cls, rec: CallRecord, call: bytes, key: bytes, holds_key: bool) -> _Entry:
+        """`call` and `key`: the record's call id and replay key as fields (`_field`)."""
+        return cls(_HEAD.pack(rec.delivered_at, holds_key) + call + key + _field(rec.args_hash), rec.tool)
 
     @property
     def delivered_at(self) -> float:
         return float(_HEAD.unpack_from(self.record)[0])
 
     @property
-    def call_id(self) -> str:
-        return _read_field(self.record, _HEAD.size)[0]
-
-    def is_call(self, call_field: bytes) -> bool:
-        return self.record.startswith(call_field, _HEAD.size)
-
-    @property
     def holds_key(self) -> bool:
         """Whether this delivery holds its replay key: no live one held it when it came."""
         return self.record[_HOLDS_AT] == 1
 
-    def holds(self, key_field: bytes) -> bool:
-        return self.holds_key and self.record.startswith(key_field, _field_end(self.record, _HEAD.size))
+    @property
+    def call_id(self) -> str:
+        return _read_field(self.record, _HEAD.size)[0]
 
     def key_field(self) -> bytes:
         start = _field_end(self.record, _HEAD.size)
         return self.record[start : _field_end(self.record, start)]
 
-    def to_record(self, session: str) -> CallRecord:
-        """A copy for the caller: editing it never edits the ledger."""
+    def is_call(self, call: bytes) -> bool:
+        return self.record.startswith(call, _HEAD.size)
+
+    def holds(self, key: bytes) -> bool:
+        return self.holds_key and self.record.startswith(key, _field_end(self.record, _HEAD.size))
+
+    def fields(self) -> tuple[str, str, str]:
+        """Call id, replay key, arguments hash."""
         call_id, at = _read_field(self.record, _HEAD.size)
         replay_key, at = _read_field(self.record, at)
-        args_hash, _ = _read_field(self.record, at)
+        return call_id, replay_key, _read_field(self.record, at)[0]
+
+    def to_record(self, session: str) -> CallRecord:
+        """A copy for the caller: editing it never edits the ledger."""
+        call_id, replay_key, args_hash = self.fields()
         a = self.answer
         return CallRecord(
             session,
@@ -146,21 +156,62 @@ class _Entry:
         )
 
 
+class _IndexedEntry(_Entry):
+    """One call of a large session. Its call id and replay key are the index's keys already,
+    so the entry holds those objects and its record keeps only the head and the arguments hash."""
+
+    __slots__ = ("call", "key")
+
+    def __init__(self, record: bytes, tool: str, call_id: str, key: bytes) -> None:
+        super().__init__(record, tool)
+        self.call, self.key = call_id, key
+
+    @classmethod
+    def indexed(cls, rec: CallRecord, key: bytes, holds_key: bool) -> _IndexedEntry:
+        return cls(_HEAD.pack(rec.delivered_at, holds_key) + _field(rec.args_hash), rec.tool, rec.call_id, key)
+
+    @classmethod
+    def moved(cls, small: _Entry) -> _IndexedEntry:
+        """A small session's entry, as its session outgrows the list."""
+        record, head = small.record, _HEAD.size
+        key_at = _field_end(record, head)
+        args_at = _field_end(record, key_at)
+        entry = cls(record[:head] + record[args_at:], small.tool, small.call_id, record[key_at:args_at])
+        entry.answer, entry.count = small.answer, small.count
+        return entry
+
+    @property
+    def call_id(self) -> str:
+        return self.call
+
+    def key_field(self) -> bytes:
+        return self.key
+
+    def is_call(self, call: bytes) -> bool:
+        return _field(self.call) == call
+
+    def holds(self, key: bytes) -> bool:
+        return self.holds_key and self.key == key
+
+    def fields(self) -> tuple[str, str, str]:
+        return self.call, _read_field(self.key, 0)[0], _read_field(self.record, _HEAD.size)[0]
+
+
 class _Index:
     """A large session's calls: by call id (least recently used first) and by replay key."""
 
     __slots__ = ("by_id", "holders")
 
     def __init__(self, entries: list[_Entry]) -> None:
-        self.by_id: dict[str, _Entry] = {}
-        self.holders: dict[bytes, _Entry] = {}
+        self.by_id: dict[str, _IndexedEntry] = {}
+        self.holders: dict[bytes, _IndexedEntry] = {}
         for entry in entries:
-            self.add(entry, entry.call_id, entry.key_field())
+            self.add(_IndexedEntry.moved(entry))
 
-    def add(self, entry: _Entry, call_id: str, key: bytes) -> None:
-        self.by_id[call_id] = entry
+    def add(self, entry: _IndexedEntry) -> None:
+        self.by_id[entry.call] = entry
         if entry.holds_key:
-            self.holders[key] = entry
+            self.holders[entry.key] = entry
 
     def remove(self, entry: _Entry) -> None:
         del self.by_id[entry.call_id]
@@ -206,14 +257,15 @@ class _Session:
             return calls.holders.get(key)
         return next((e for e in reversed(calls) if e.holds(key)), None)
 
-    def add(self, entry: _Entry, call_id: str, key: bytes) -> None:
-        calls = self.calls
+    def add(self, rec: CallRecord, call: bytes, key: bytes, holds_key: bool) -> None:
+        """A new delivery, at the most recently used end. `call`, `key`: its fields."""
         if self.tally is not None:
-            self.tally[entry.tool] = self.tally.get(entry.tool, 0) + 1
+            self.tally[rec.tool] = self.tally.get(rec.tool, 0) + 1
+        calls = self.calls
         if isinstance(calls, _Index):
-            calls.add(entry, call_id, key)
+            calls.add(_IndexedEntry.indexed(rec, key, holds_key))
             return
-        calls.append(entry)
+        calls.append(_Entry.new(rec, call, key, holds_key))
         if len(calls) > _SMALL:
             self.tally = self.counts()
             self.calls = _Index(calls)
@@ -308,7 +360,7 @@ class MemoryStore:
         if first is not None:  # a replay: counted on the delivery that holds the key
             first.count += 1
             s.touch(first)
-        s.add(_Entry(rec, call, key, holds_key=first is None), rec.call_id, key)
+        s.add(rec, call, key, holds_key=first is None)
         self._total += 1
         self._sessions.move_to_end(s.name)
         s.last_expiry = max(s.last_expiry, lim.expires_at(rec))
