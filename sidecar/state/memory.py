@@ -7,9 +7,9 @@ in LRU order, so the total bound evicts the oldest entry of the least recently a
 The ledger is the one structure here that grows with traffic (up to `max_entries_total`
 calls), so it is kept compact:
 
-- a call is one small object and one bytes record (`_record`): when it was delivered, whether
-  it holds its replay key, and its call id, replay key and arguments hash (sha256 digests as
-  their 32 bytes); its result takes a slot that stays empty until the result comes;
+- a call is one small object and one bytes record (`_Entry.record`): when it was delivered,
+  whether it holds its replay key, and its call id, replay key and arguments hash (sha256
+  digests as their 32 bytes); its result takes a slot that stays empty until the result comes;
 - a session of up to `_SMALL` calls keeps them in a list and scans it (a few comparisons of
   bytes, no allocation); a larger one gets a dict by call id and one by replay key, whose
   keys its entries share (their records keep only the rest). So a session's replay lookups
