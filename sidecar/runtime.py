@@ -48,10 +48,12 @@ def settle_heap() -> bool:
     False where there is no glibc.
 
     The threshold: glibc raises it after freeing a large mapped block, and then a resized
-    dict's old table (the ledger's indexes hold 100,000 entries: 10 MiB tables) is allocated in
-    the heap and stays there once freed. Measured with `bench/bench_sessions.py`: one such
-    resize added 10 MiB of RSS at 225,000 sessions. The trim: compiling the policy frees
-    several MiB the heap would otherwise keep (5 MiB of RSS after start-up)."""
+    dict's old table (the in-memory ledger's session table holds tens of thousands of sessions)
+    is allocated in the heap and stays there once freed. Measured with
+    `bench/bench_sessions.py` when the ledger still had a 100,000-entry replay index: one such
+    resize added 10 MiB of RSS at 225,000 sessions (not measured again since the index went).
+    The trim: compiling the policy frees several MiB the heap would otherwise keep (5 MiB of
+    RSS after start-up)."""
     libc = _glibc()
     if libc is None:
         return False

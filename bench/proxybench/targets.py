@@ -35,9 +35,16 @@ def sidecar_command() -> list[str]:
 
 
 def sidecar_settings(
-    name: str, mock_url: str, workdir: Path, policies: str, otlp_endpoint: str | None, workers: int = 1
+    name: str,
+    mock_url: str,
+    workdir: Path,
+    policies: str,
+    otlp_endpoint: str | None,
+    workers: int = 1,
+    state: dict[str, object] | None = None,
 ) -> tuple[dict[str, object], str, str]:
-    """The YAML settings (JSON is YAML) of one sidecar, its proxy URL and its admin URL."""
+    """The YAML settings (JSON is YAML) of one sidecar, its proxy URL and its admin URL.
+    `state` adds to the state settings (a benchmark sizing the ledger)."""
     proxy, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     settings: dict[str, object] = {
         "listen": proxy,
@@ -45,14 +52,14 @@ def sidecar_settings(
         "anthropic_upstream": mock_url,
         "openai_upstream": mock_url,
         "policies": policies,
-        "state": {"backend": "memory"},
+        "state": {"backend": "memory", **(state or {})},
         "rejection_log": {"path": str(workdir / f"{name}-rejections.jsonl")},
         "tools": {tool: {"side_effects": False} for tool in READ_ONLY_TOOLS},
     }
     if otlp_endpoint is not None:
         settings["telemetry"] = {"otlp_endpoint": otlp_endpoint}
     if workers > 1:  # workers agree through shared state (the sidecar refuses memory then)
-        settings["state"] = {"backend": "sqlite", "sqlite_path": str(workdir / f"{name}-state.db")}
+        settings["state"] = {"backend": "sqlite", "sqlite_path": str(workdir / f"{name}-state.db"), **(state or {})}
     return settings, f"http://{proxy}", f"http://{admin}"
 
 
@@ -66,10 +73,7 @@ def start_sidecar(
     workers: int = 1,
     state: dict[str, object] | None = None,
 ) -> Service:
-    """One `sidecar run`; `state` adds to its state settings (a benchmark sizing the ledger)."""
-    settings, proxy_url, admin_url = sidecar_settings(name, mock_url, workdir, policies, otlp_endpoint, workers)
-    if state:
-        settings["state"] = {**settings["state"], **state}  # type: ignore[dict-item]
+    settings, proxy_url, admin_url = sidecar_settings(name, mock_url, workdir, policies, otlp_endpoint, workers, state)
     config = workdir / f"{name}.yaml"
     config.write_bytes(orjson.dumps(settings, option=orjson.OPT_INDENT_2))
     scale = ["--workers", str(workers)] if workers > 1 else []

@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from sidecar.state.base import (
@@ -88,12 +88,15 @@ class _Answer:
         self.result, self.truncated, self.is_error, self.at = result, truncated, is_error, at
 
 
-class _Entry:
-    """One delivered call of a small session: a `CallRecord` without its session (the session
-    holds it).
+def _head(rec: CallRecord, holds_key: bool) -> bytes:
+    return _HEAD.pack(rec.delivered_at, holds_key)
 
-    `record` is the head (`_HEAD`) followed by three fields (`_field`): call id, replay key,
-    arguments hash. It never changes; the count and the answer do."""
+
+class _Entry:
+    """One delivered call: a `CallRecord` without its session (the session holds it).
+
+    `record` starts with the head (`_HEAD`); what follows is the form's own (`_ListedEntry`,
+    `_IndexedEntry`). It never changes; the count and the answer do."""
 
     __slots__ = ("answer", "count", "record", "tool")
 
@@ -102,11 +105,6 @@ class _Entry:
         self.tool = sys.intern(tool)
         self.answer: _Answer | None = None
         self.count = 1
-
-    @classmethod
-    def new(cls, rec: CallRecord, call: bytes, key: bytes, holds_key: bool) -> _Entry:
-        """`call` and `key`: the record's call id and replay key as fields (`_field`)."""
-        return cls(_HEAD.pack(rec.delivered_at, holds_key) + call + key + _field(rec.args_hash), rec.tool)
 
     @property
     def delivered_at(self) -> float:
@@ -119,23 +117,11 @@ class _Entry:
 
     @property
     def call_id(self) -> str:
-        return _read_field(self.record, _HEAD.size)[0]
-
-    def key_field(self) -> bytes:
-        start = _field_end(self.record, _HEAD.size)
-        return self.record[start : _field_end(self.record, start)]
-
-    def is_call(self, call: bytes) -> bool:
-        return self.record.startswith(call, _HEAD.size)
-
-    def holds(self, key: bytes) -> bool:
-        return self.holds_key and self.record.startswith(key, _field_end(self.record, _HEAD.size))
+        return self.fields()[0]
 
     def fields(self) -> tuple[str, str, str]:
         """Call id, replay key, arguments hash."""
-        call_id, at = _read_field(self.record, _HEAD.size)
-        replay_key, at = _read_field(self.record, at)
-        return call_id, replay_key, _read_field(self.record, at)[0]
+        raise NotImplementedError
 
     def to_record(self, session: str) -> CallRecord:
         """A copy for the caller: editing it never edits the ledger."""
@@ -156,8 +142,38 @@ class _Entry:
         )
 
 
+class _ListedEntry(_Entry):
+    """A call of a small session: after the head, three fields (`_field`): call id, replay
+    key, arguments hash. The list scans them in place."""
+
+    __slots__ = ()
+
+    @classmethod
+    def new(cls, rec: CallRecord, call: bytes, key: bytes, holds_key: bool) -> _ListedEntry:
+        """`call` and `key`: the record's call id and replay key as fields (`_field`)."""
+        return cls(_head(rec, holds_key) + call + key + _field(rec.args_hash), rec.tool)
+
+    @property
+    def call_id(self) -> str:
+        return _read_field(self.record, _HEAD.size)[0]
+
+    def _key_at(self) -> int:
+        return _field_end(self.record, _HEAD.size)
+
+    def is_call(self, call: bytes) -> bool:
+        return self.record.startswith(call, _HEAD.size)
+
+    def holds(self, key: bytes) -> bool:
+        return self.holds_key and self.record.startswith(key, self._key_at())
+
+    def fields(self) -> tuple[str, str, str]:
+        call_id, at = _read_field(self.record, _HEAD.size)
+        replay_key, at = _read_field(self.record, at)
+        return call_id, replay_key, _read_field(self.record, at)[0]
+
+
 class _IndexedEntry(_Entry):
-    """One call of a large session. Its call id and replay key are the index's keys already,
+    """A call of a large session. Its call id and replay key are the index's keys already,
     so the entry holds those objects and its record keeps only the head and the arguments hash."""
 
     __slots__ = ("call", "key")
@@ -167,34 +183,53 @@ class _IndexedEntry(_Entry):
         self.call, self.key = call_id, key
 
     @classmethod
-    def indexed(cls, rec: CallRecord, key: bytes, holds_key: bool) -> _IndexedEntry:
-        return cls(_HEAD.pack(rec.delivered_at, holds_key) + _field(rec.args_hash), rec.tool, rec.call_id, key)
+    def new(cls, rec: CallRecord, key: bytes, holds_key: bool) -> _IndexedEntry:
+        return cls(_head(rec, holds_key) + _field(rec.args_hash), rec.tool, rec.call_id, key)
 
     @classmethod
-    def moved(cls, small: _Entry) -> _IndexedEntry:
+    def moved(cls, listed: _ListedEntry) -> _IndexedEntry:
         """A small session's entry, as its session outgrows the list."""
-        record, head = small.record, _HEAD.size
+        record, head = listed.record, _HEAD.size
         key_at = _field_end(record, head)
         args_at = _field_end(record, key_at)
-        entry = cls(record[:head] + record[args_at:], small.tool, small.call_id, record[key_at:args_at])
-        entry.answer, entry.count = small.answer, small.count
+        entry = cls(record[:head] + record[args_at:], listed.tool, listed.call_id, record[key_at:args_at])
+        entry.answer, entry.count = listed.answer, listed.count
         return entry
 
     @property
     def call_id(self) -> str:
         return self.call
 
-    def key_field(self) -> bytes:
-        return self.key
-
-    def is_call(self, call: bytes) -> bool:
-        return _field(self.call) == call
-
-    def holds(self, key: bytes) -> bool:
-        return self.holds_key and self.key == key
-
     def fields(self) -> tuple[str, str, str]:
         return self.call, _read_field(self.key, 0)[0], _read_field(self.record, _HEAD.size)[0]
+
+
+class _Listed(list[_ListedEntry]):
+    """A small session's calls, least recently used first, scanned (a few comparisons of
+    bytes, no allocation). A list with no slots of its own: no bigger than a list."""
+
+    __slots__ = ()
+
+    def get(self, call_id: str, call: bytes | None = None) -> _Entry | None:
+        wanted = _field(call_id) if call is None else call
+        return next((e for e in self if e.is_call(wanted)), None)
+
+    def holder(self, key: bytes) -> _Entry | None:
+        """The newest delivery holding the key. An older holder of the same key has expired: a
+        new one is made only when none is live."""
+        return next((e for e in reversed(self) if e.holds(key)), None)
+
+    def add(self, rec: CallRecord, call: bytes, key: bytes, holds_key: bool) -> None:
+        self.append(_ListedEntry.new(rec, call, key, holds_key))
+
+    def drop(self, entry: _Entry) -> _ListedEntry:
+        for i, listed in enumerate(self):
+            if listed is entry:
+                return self.pop(i)
+        raise ValueError("not a call of this session")
+
+    def touch(self, entry: _Entry) -> None:
+        self.append(self.drop(entry))
 
 
 class _Index:
@@ -202,94 +237,83 @@ class _Index:
 
     __slots__ = ("by_id", "holders")
 
-    def __init__(self, entries: list[_Entry]) -> None:
+    def __init__(self, entries: Iterable[_ListedEntry]) -> None:
         self.by_id: dict[str, _IndexedEntry] = {}
         self.holders: dict[bytes, _IndexedEntry] = {}
         for entry in entries:
-            self.add(_IndexedEntry.moved(entry))
+            self._put(_IndexedEntry.moved(entry))
 
-    def add(self, entry: _IndexedEntry) -> None:
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def __iter__(self) -> Iterator[_Entry]:
+        return iter(self.by_id.values())
+
+    def get(self, call_id: str, call: bytes | None = None) -> _Entry | None:
+        return self.by_id.get(call_id)
+
+    def holder(self, key: bytes) -> _Entry | None:
+        return self.holders.get(key)
+
+    def add(self, rec: CallRecord, call: bytes, key: bytes, holds_key: bool) -> None:
+        self._put(_IndexedEntry.new(rec, key, holds_key))
+
+    def _put(self, entry: _IndexedEntry) -> None:
         self.by_id[entry.call] = entry
         if entry.holds_key:
             self.holders[entry.key] = entry
 
-    def remove(self, entry: _Entry) -> None:
-        del self.by_id[entry.call_id]
-        key = entry.key_field()
-        if self.holders.get(key) is entry:
-            del self.holders[key]
+    def drop(self, entry: _Entry) -> _IndexedEntry:
+        indexed = self.by_id.pop(entry.call_id)
+        if self.holders.get(indexed.key) is indexed:
+            del self.holders[indexed.key]
+        return indexed
+
+    def touch(self, entry: _Entry) -> None:
+        call_id = entry.call_id
+        self.by_id[call_id] = self.by_id.pop(call_id)
 
 
 class _Session:
-    """One session's calls, least recently used first: a list while small, else an `_Index`."""
+    """One session's calls, least recently used first: a `_Listed` while small, else an `_Index`."""
 
     __slots__ = ("calls", "last_expiry", "name", "tally")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.calls: list[_Entry] | _Index = []
+        self.calls: _Listed | _Index = _Listed()
         self.tally: dict[str, int] | None = None  # kept per-tool counts; None: count the calls
         self.last_expiry = 0.0  # when the newest call expires: the session's counts go then
 
     def __len__(self) -> int:
-        calls = self.calls
-        return len(calls) if isinstance(calls, list) else len(calls.by_id)
-
-    def entries(self) -> Iterator[_Entry]:
-        calls = self.calls
-        return iter(calls) if isinstance(calls, list) else iter(calls.by_id.values())
+        return len(self.calls)
 
     def oldest(self) -> _Entry:
-        return next(self.entries())
-
-    def get(self, call_id: str) -> _Entry | None:
-        calls = self.calls
-        if isinstance(calls, _Index):
-            return calls.by_id.get(call_id)
-        wanted = _field(call_id)
-        return next((e for e in calls if e.is_call(wanted)), None)
-
-    def holder(self, key: bytes) -> _Entry | None:
-        """The newest delivery holding this replay key (a `_field`); the caller checks that it
-        is live. An older holder of the same key has expired: a new one is made only when none is."""
-        calls = self.calls
-        if isinstance(calls, _Index):
-            return calls.holders.get(key)
-        return next((e for e in reversed(calls) if e.holds(key)), None)
+        return next(iter(self.calls))
 
     def add(self, rec: CallRecord, call: bytes, key: bytes, holds_key: bool) -> None:
         """A new delivery, at the most recently used end. `call`, `key`: its fields."""
         if self.tally is not None:
             self.tally[rec.tool] = self.tally.get(rec.tool, 0) + 1
-        calls = self.calls
-        if isinstance(calls, _Index):
-            calls.add(_IndexedEntry.indexed(rec, key, holds_key))
-            return
-        calls.append(_Entry.new(rec, call, key, holds_key))
-        if len(calls) > _SMALL:
-            self.tally = self.counts()
-            self.calls = _Index(calls)
+        self.calls.add(rec, call, key, holds_key)
+        if len(self.calls) > _SMALL and isinstance(self.calls, _Listed):
+            self._keep_counts()
+            self.calls = _Index(self.calls)
 
     def remove(self, entry: _Entry) -> None:
         """The entry leaves; the session's counts still count it."""
+        self._keep_counts()
+        self.calls.drop(entry)
+
+    def _keep_counts(self) -> None:
         if self.tally is None:
             self.tally = self.counts()
-        self.calls.remove(entry)
-
-    def touch(self, entry: _Entry) -> None:
-        calls = self.calls
-        if isinstance(calls, list):
-            calls.remove(entry)
-            calls.append(entry)
-        else:
-            call_id = entry.call_id
-            calls.by_id[call_id] = calls.by_id.pop(call_id)
 
     def counts(self) -> dict[str, int]:
         if self.tally is not None:
             return dict(self.tally)
         counts: dict[str, int] = {}
-        for entry in self.entries():
+        for entry in self.calls:
             counts[entry.tool] = counts.get(entry.tool, 0) + 1
         return counts
 
@@ -327,7 +351,7 @@ class MemoryStore:
         self._total -= 1
 
     def _touch(self, s: _Session, entry: _Entry) -> None:
-        s.touch(entry)
+        s.calls.touch(entry)
         self._sessions.move_to_end(s.name)
 
     def _live(self, entry: _Entry | None) -> _Entry | None:
@@ -335,11 +359,11 @@ class MemoryStore:
 
     def _call(self, session: str, call_id: str) -> tuple[_Session | None, _Entry | None]:
         s = self._session(session)
-        return s, self._live(s.get(call_id) if s is not None else None)
+        return s, self._live(s.calls.get(call_id) if s is not None else None)
 
     def _replay(self, session: str, replay_key: str) -> tuple[_Session | None, _Entry | None]:
         s = self._session(session)
-        return s, self._live(s.holder(_field(replay_key)) if s is not None else None)
+        return s, self._live(s.calls.holder(_field(replay_key)) if s is not None else None)
 
     async def record_call(self, rec: CallRecord) -> None:
         lim = self.limits
@@ -352,14 +376,14 @@ class MemoryStore:
         s = self._session(rec.session)
         if s is None:
             s = self._sessions[rec.session] = _Session(rec.session)
-        again = s.get(rec.call_id)
+        call, key = _field(rec.call_id), _field(rec.replay_key)
+        again = s.calls.get(rec.call_id, call)
         if again is not None:  # recorded again: the new delivery replaces the old one
             self._evict(s, again)
-        call, key = _field(rec.call_id), _field(rec.replay_key)
-        first = self._live(s.holder(key))
+        first = self._live(s.calls.holder(key))
         if first is not None:  # a replay: counted on the delivery that holds the key
             first.count += 1
-            s.touch(first)
+            s.calls.touch(first)
         s.add(rec, call, key, holds_key=first is None)
         self._total += 1
         self._sessions.move_to_end(s.name)
