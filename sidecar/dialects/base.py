@@ -515,11 +515,9 @@ def token_count(value: Any) -> int:
 
 def json_length(value: Any) -> int:
     """How many characters `value` takes as compact JSON: orjson writes it (in C, far cheaper
-    than a walk in Python over what was parsed) and the characters of its bytes are counted. An
-    ASCII string is counted without writing it (its quotes, backslashes and newlines twice, as
-    JSON escapes them; other control characters, rare in text, once)."""
-    if isinstance(value, str) and value.isascii():
-        return len(value) + 2 + value.count('"') + value.count("\\") + value.count("\n")
+    than a walk in Python over what was parsed) and the characters of its bytes are counted.
+    For a 2.4 KB ASCII string, writing it (0.8 us) is cheaper than counting the characters
+    JSON escapes in it (three passes, 3.7 us), and exact."""
     raw = orjson.dumps(value, default=str)
     return len(raw) if raw.isascii() else len(raw.decode("utf-8", "replace"))
 

@@ -93,7 +93,8 @@ class CostFilter(Filter):
         prompt = ex.get(_PROMPT)
         if prompt is not None:
             self._input(prompt, usage, spent)
-        self.metrics.tool_tokens_spent((tool, direction.value, tokens) for (tool, direction), tokens in spent.items())
+        # str() of a StrEnum is its value, read in C (`.value` is a Python-level property).
+        self.metrics.tool_tokens_spent((tool, str(direction), tokens) for (tool, direction), tokens in spent.items())
 
     @staticmethod
     def _output(

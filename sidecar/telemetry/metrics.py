@@ -176,7 +176,7 @@ _RESERVOIR = 1024
 
 
 def _bounded(value: object, allowed: Iterable[str], fallback: str = OTHER) -> str:
-    text = str(getattr(value, "value", value))
+    text = value if type(value) is str else str(getattr(value, "value", value))
     return text if text in allowed else fallback
 
 
