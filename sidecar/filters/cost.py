@@ -41,6 +41,7 @@ class _Prompt:
 
 
 _PROMPT: ExchangeKey[_Prompt] = ExchangeKey("cost.prompt")
+_OUTPUT = str(Direction.OUTPUT)
 
 
 def body_characters(body: bytes) -> int:
@@ -88,17 +89,18 @@ class CostFilter(Filter):
         usage = ex.model_dialect.usage(reply.envelope) if reply.complete else None
         if usage is None:
             return
-        spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
+        # Keyed by the direction's text: a StrEnum member hashes in Python (Enum.__hash__), a
+        # str in C, and a reply adds to a few dozen (tool, direction) pairs.
+        spent: defaultdict[tuple[str | None, str], float] = defaultdict(float)
         self._output(ex, reply, usage, spent)
         prompt = ex.get(_PROMPT)
         if prompt is not None:
             self._input(prompt, usage, spent)
-        # str() of a StrEnum is its value, read in C (`.value` is a Python-level property).
-        self.metrics.tool_tokens_spent((tool, str(direction), tokens) for (tool, direction), tokens in spent.items())
+        self.metrics.tool_tokens_spent((tool, direction, tokens) for (tool, direction), tokens in spent.items())
 
     @staticmethod
     def _output(
-        ex: Exchange, reply: Reply, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]
+        ex: Exchange, reply: Reply, usage: TokenUsage, spent: defaultdict[tuple[str | None, str], float]
     ) -> None:
         if not reply.client_calls:
             return
@@ -114,10 +116,10 @@ class CostFilter(Filter):
         ]
         for item, tokens in zip(items, output_tokens(usage, items), strict=True):
             if item.tool is not None:
-                spent[(item.tool, Direction.OUTPUT)] += tokens
+                spent[(item.tool, _OUTPUT)] += tokens
 
     @staticmethod
-    def _input(prompt: _Prompt, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]) -> None:
+    def _input(prompt: _Prompt, usage: TokenUsage, spent: defaultdict[tuple[str | None, str], float]) -> None:
         if prompt.tokens is None:  # the agent's own request
             prompt.tokens = span_tokens(usage.input, prompt.sizes, prompt.size)
             new = prompt.new
@@ -125,4 +127,4 @@ class CostFilter(Filter):
             new = [False] * len(prompt.sizes)
         for tool, split in zip(prompt.tools, split_input(usage, prompt.tokens, new), strict=True):
             for direction, tokens in split.items():
-                spent[(tool, direction)] += tokens
+                spent[(tool, str(direction))] += tokens  # str() of a StrEnum: its value, in C

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 from typing import IO, Any
 
 import orjson
@@ -58,31 +59,81 @@ def trace_ids() -> dict[str, str]:
     }
 
 
+def json_line(
+    created: float,
+    level: int,
+    event: str,
+    logger_name: str,
+    fields: dict[str, Any] | None,
+    message: str | None = None,
+    exception: str | None = None,
+) -> str:
+    """One log line: time, level, event, logger, [trace_id, span_id], message, then the event's
+    redacted fields, then the exception."""
+    data: dict[str, Any] = {
+        "time": _time(created),
+        "level": logging.getLevelName(level).lower(),
+        "event": event,
+        "logger": logger_name,
+    }
+    data.update(trace_ids())
+    if message is not None:
+        data["message"] = redact_text(message)
+    if fields:
+        for key, value in redact(fields, _matcher).items():
+            data[f"field_{key}" if key in _RESERVED else key] = value
+    if exception is not None:
+        data["exception"] = redact_text(exception)
+    return orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
 class JsonFormatter(logging.Formatter):
-    """time, level, event, [trace_id, span_id], message, then the event's redacted fields."""
+    """A record as a `json_line`: its message when it has one besides the event's name."""
 
     def format(self, record: logging.LogRecord) -> str:
         event = getattr(record, "event", None)
-        data: dict[str, Any] = {
-            "time": _time(record.created),
-            "level": record.levelname.lower(),
-            "event": event or "log",
-            "logger": record.name,
-        }
-        data.update(trace_ids())
-        if event is None or record.msg != event:
-            data["message"] = redact_text(record.getMessage())
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            for key, value in redact(fields, _matcher).items():
-                data[f"field_{key}" if key in _RESERVED else key] = value
-        if record.exc_info:
-            data["exception"] = redact_text(self.formatException(record.exc_info))
-        return orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        return json_line(
+            record.created,
+            record.levelno,
+            event or "log",
+            record.name,
+            fields if isinstance(fields, dict) else None,
+            message=record.getMessage() if event is None or record.msg != event else None,
+            exception=self.formatException(record.exc_info) if record.exc_info else None,
+        )
 
 
 class _SidecarHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Marks the handler we installed, so configure_logging can be called again safely."""
+
+    def write_line(self, line: str) -> None:
+        """What `emit` does with a formatted record, for a line `log_event` formatted itself."""
+        with self.lock or contextlib.nullcontext():
+            self.stream.write(line + self.terminator)
+            self.flush()
+
+
+# The handler configure_logging installed: log_event writes to it directly while it is the
+# `sidecar` logger's only handler and nothing filters (`_direct_handler`).
+_installed: _SidecarHandler | None = None
+
+
+def _direct_handler(target: logging.Logger, level: int) -> _SidecarHandler | None:
+    """Our handler, when a record of `target` at `level` would reach it and nothing else: no
+    other handler, no filter on the way, and the handler's own level lets it through."""
+    handler = _installed
+    if handler is None or level < handler.level or handler.filters:
+        return None
+    node: logging.Logger | None = target
+    while node is not logger:  # a module's logger, up to ours: nothing of its own on the way
+        if node is None or node.handlers or node.filters or not node.propagate:
+            return None
+        node = node.parent
+    handlers = logger.handlers
+    if len(handlers) != 1 or handlers[0] is not handler or logger.filters:
+        return None
+    return handler
 
 
 def configure_logging(level: str | int = "info", stream: IO[str] | None = None) -> logging.Handler:
@@ -94,9 +145,11 @@ def configure_logging(level: str | int = "info", stream: IO[str] | None = None) 
         if isinstance(handler, _SidecarHandler):
             logger.removeHandler(handler)
             handler.close()
+    global _installed
     handler = _SidecarHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter())
     logger.addHandler(handler)
+    _installed = handler
     logger.setLevel(resolved)
     logger.propagate = False
     return handler
@@ -105,9 +158,16 @@ def configure_logging(level: str | int = "info", stream: IO[str] | None = None) 
 def log_event(event: str, /, *, level: int = logging.INFO, log: logging.Logger | None = None, **fields: Any) -> None:
     """One structured event (request, verdict, repair_round, approval, policy_reload, startup).
 
-    Fields are redacted at format time; never raises into the caller."""
+    Fields are redacted as the line is formatted; never raises into the caller. The line is
+    formatted only when its level is enabled. When it goes to our handler alone, it is written
+    there directly: the same line, without a LogRecord, a caller lookup and the handler chain
+    (measured for the request line, alternated runs: 16-24 -> 10-16 us)."""
     target = log or logger
     if not target.isEnabledFor(level):
         return
     with contextlib.suppress(Exception):  # logging must never break a request
-        target.log(level, event, extra={"event": event, "fields": fields}, stacklevel=2)
+        handler = _direct_handler(target, level)
+        if handler is None:
+            target.log(level, event, extra={"event": event, "fields": fields}, stacklevel=2)
+        else:
+            handler.write_line(json_line(time.time(), level, event, target.name, fields))

@@ -139,9 +139,16 @@ def redact(value: Any, key_patterns: Iterable[str] | KeyMatcher = DEFAULT_KEY_PA
     return _redact(value, matcher, 0)
 
 
+# Values with nothing in them to redact; checked first, before the Mapping ABC (a slower
+# check), because most values of a log line are numbers, flags and nulls.
+_SCALARS = (bool, int, float, type(None))
+
+
 def _redact(value: Any, matcher: KeyMatcher, depth: int) -> Any:
     if isinstance(value, str):
         return redact_text(value)
+    if isinstance(value, _SCALARS):
+        return value
     if depth >= _MAX_DEPTH and isinstance(value, (Mapping, list, tuple)):
         return REDACTED
     if isinstance(value, Mapping):

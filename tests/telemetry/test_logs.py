@@ -143,3 +143,61 @@ def test_provider_headers_never_reach_a_log_line(stream: io.StringIO) -> None:
 )
 def test_raw_text_is_redacted_by_shape(text: str, kept: str) -> None:
     assert redact_text(text) == kept
+
+
+def _made_records(monkeypatch: pytest.MonkeyPatch) -> list[logging.LogRecord]:
+    """Every LogRecord made from now on (the handler chain's path makes one, the direct one
+    not), with our handler the `sidecar` logger's only one (pytest's capture handlers go)."""
+    logger = logging.getLogger("sidecar")
+    monkeypatch.setattr(logger, "handlers", [h for h in logger.handlers if type(h).__name__ == "_SidecarHandler"])
+    made: list[logging.LogRecord] = []
+    real = logging.Logger.makeRecord
+
+    def counting(self: logging.Logger, *args: object, **kwargs: object) -> logging.LogRecord:
+        record = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(record)
+        return record
+
+    monkeypatch.setattr(logging.Logger, "makeRecord", counting)
+    return made
+
+
+@pytest.mark.parametrize("name", ["sidecar", "sidecar.filters.policy"])
+def test_an_event_written_directly_is_the_line_the_handler_chain_writes(
+    stream: io.StringIO, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """log_event skips the LogRecord when our handler is the only one; the line is the same,
+    redaction included."""
+    made = _made_records(monkeypatch)
+    fields = {"session": "s1", "status": 200, "stream": False, "error": None, "token": "hunter22", "time": "t"}
+    target = logging.getLogger(name)
+    log_event("request", level=logging.WARNING, log=target, **fields)
+    assert made == []
+    monkeypatch.setattr(logging.getLogger("sidecar"), "filters", [lambda record: True])  # the chain decides
+    log_event("request", level=logging.WARNING, log=target, **fields)
+    assert len(made) == 1
+    direct, chained = _lines(stream)
+    assert str(direct.pop("time")).endswith("Z") and str(chained.pop("time")).endswith("Z")
+    assert direct == chained
+    assert direct["logger"] == name and direct["level"] == "warning" and direct["token"] == "[REDACTED]"
+    assert direct["field_time"] == "t"
+
+
+def test_another_handler_or_a_level_sends_events_through_the_chain(
+    stream: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _made_records(monkeypatch)
+    extra = logging.Handler()
+    heard: list[logging.LogRecord] = []
+    extra.emit = heard.append  # type: ignore[method-assign]
+    logger = logging.getLogger("sidecar")
+    logger.addHandler(extra)
+    log_event("request", status=200)
+    assert len(made) == 1 and [r.event for r in heard] == ["request"]  # type: ignore[attr-defined]
+    logger.removeHandler(extra)
+    ours = logger.handlers[0]
+    ours.setLevel(logging.ERROR)
+    log_event("request", status=200)  # below our handler's level: not written
+    ours.setLevel(logging.NOTSET)
+    log_event("request", status=201)
+    assert [line["status"] for line in _lines(stream)] == [200, 201]
