@@ -12,6 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
@@ -212,6 +213,15 @@ class ToolLabels:
         return len(self._names)
 
 
+@dataclass(frozen=True, slots=True)
+class _TokenSlot:
+    """A (tool, direction) pair's counter child, and the tool's /v1/status token totals."""
+
+    child: Any
+    totals: dict[str, float]
+    direction: str
+
+
 class _ToolStats:
     """Bounded per-tool counters and a latency reservoir for /v1/status."""
 
@@ -250,6 +260,9 @@ class Metrics:
         self._lock = threading.Lock()
         self._stats: dict[str, _ToolStats] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        # (tool, direction) as a reply names them -> where their tokens go (bounded: only
+        # declared tools, at most `tool_label_cap`, and the four directions are remembered).
+        self._token_slots: dict[tuple[str | None, str], _TokenSlot] = {}
         self._repairs = dict.fromkeys(REPAIR_OUTCOMES, 0)
         self._approvals_pending = 0
         self._anomaly_kinds: set[str] = set()
@@ -582,18 +595,29 @@ class Metrics:
     def tool_tokens_spent(self, spent: Iterable[tuple[str | None, str, float]]) -> None:
         """`tool_tokens` for each (tool, direction, tokens) of one reply, under one lock: a
         reply attributes tokens to a dozen or more (tool, direction) pairs."""
-        counted: list[tuple[str, str, float]] = []
+        counted: list[tuple[_TokenSlot, float]] = []
         for tool, direction, tokens in spent:
             if tokens < 0 or tokens != tokens:
                 continue
-            label = self.tools.label(tool)
-            direction_label = _bounded(direction, TOKEN_DIRECTIONS, "input")
-            self._child(self.tool_tokens_counter, label, direction_label).inc(tokens)
-            counted.append((label, direction_label, tokens))
+            slot = self._token_slots.get((tool, direction)) or self._token_slot(tool, direction)
+            slot.child.inc(tokens)
+            counted.append((slot, tokens))
         with self._lock:
-            for label, direction_label, tokens in counted:
-                stats = self._tool_stats(label).tokens
-                stats[direction_label] = stats.get(direction_label, 0.0) + tokens
+            for slot, tokens in counted:
+                slot.totals[slot.direction] = slot.totals.get(slot.direction, 0.0) + tokens
+
+    def _token_slot(self, tool: str | None, direction: str) -> _TokenSlot:
+        """Where a (tool, direction) pair's tokens go; remembered once its labels are final: a
+        declared tool keeps its label for the process lifetime (ToolLabels), a name that is not
+        (yet) declared is labelled "other" now and may be admitted later."""
+        label = self.tools.label(tool)
+        direction_label = _bounded(direction, TOKEN_DIRECTIONS, "input")
+        with self._lock:
+            totals = self._tool_stats(label).tokens
+        slot = _TokenSlot(self._child(self.tool_tokens_counter, label, direction_label), totals, direction_label)
+        if (label != OTHER or tool is None) and direction in TOKEN_DIRECTIONS:
+            self._token_slots[(tool, direction)] = slot
+        return slot
 
     def lint_findings(self, source: LintSource) -> None:
         """Expose `sidecar_tool_lint_findings{tool,severity}`, read from `source` at scrape time

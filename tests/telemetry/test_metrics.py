@@ -217,3 +217,16 @@ def test_tool_tokens_bounded_and_in_the_status_summary() -> None:
     assert summary["tools"]["search"]["tokens"] == {"output": 11, "input": 3, "input_cached": 0, "input_cache_write": 0}
     assert summary["tools"]["declared_only"]["calls"] == 0
     assert summary["tools"]["declared_only"]["tokens"]["output"] == 0
+
+
+def test_a_tool_declared_after_its_first_tokens_gets_its_own_series() -> None:
+    """Tokens of a name not declared yet go to "other"; once declared, to its own label (the
+    per-pair memory of where tokens go must not keep the first answer)."""
+    m = Metrics(tool_label_cap=5)
+    m.tool_tokens_spent([("late", "input", 2.0), (None, "output", 1.0)])
+    m.declare_tool("late")
+    m.tool_tokens_spent([("late", "input", 3.0), ("late", "input", 4.0), (None, "output", 1.0)])
+    families = {f.name: f for f in text_string_to_metric_families(m.render()[0].decode())}
+    samples = {(s.labels["tool"], s.labels["direction"]): s.value for s in families["sidecar_tool_tokens"].samples}
+    assert samples == {("other", "input"): 2.0, ("late", "input"): 7.0, ("other", "output"): 2.0}
+    assert m.status_summary()["tools"]["late"]["tokens"]["input"] == 7
