@@ -210,6 +210,7 @@ class ToolCall:
     item_type: str = ""
     repairable: bool = True
     _canonical: bytes | None = field(default=None, repr=False, compare=False)
+    _args_digest: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def canonical_arguments(self) -> bytes:
@@ -222,7 +223,13 @@ class ToolCall:
 
     @property
     def args_hash(self) -> str:
-        return sha256_hex(self.canonical_arguments) if self.arguments is not None else ""
+        """sha256 of the canonical arguments ("" when unparseable), computed once like them:
+        the replay, approval, legs and policy filters each read it for every call."""
+        if self.arguments is None:
+            return ""
+        if self._args_digest is None:
+            self._args_digest = sha256_hex(self.canonical_arguments)
+        return self._args_digest
 
 
 @dataclass(frozen=True, slots=True)
