@@ -201,3 +201,19 @@ def test_another_handler_or_a_level_sends_events_through_the_chain(
     ours.setLevel(logging.NOTSET)
     log_event("request", status=201)
     assert [line["status"] for line in _lines(stream)] == [200, 201]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_line_time_is_the_time_iso_utc_writes(seed: int) -> None:
+    """The log line's time keeps its seconds' text between lines; it must still be exactly
+    what `iso_utc(..., "milliseconds")` writes, roundings at a second's edge included."""
+    import random
+
+    from sidecar.telemetry.logs import _time
+    from sidecar.timefmt import iso_utc
+
+    rng = random.Random(seed)
+    edges = [1700000000.9999996, 1700000000.0004999, 1700000000.0005, 1700000000.999, 1700000001.0, 0.0]
+    times = [1.7e9 + rng.random() * 1e6 for _ in range(20_000)] + edges
+    rng.shuffle(times)
+    assert [t for t in times if _time(t) != iso_utc(t, "milliseconds")] == []
