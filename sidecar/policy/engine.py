@@ -366,7 +366,10 @@ class EmbeddedEngine(_Interpreting):
         if compiled is None or compiled.thread_id == threading.get_ident():
             return compiled
         # Another thread: use (or build) that thread's own copy, kept thread-local so it is
-        # also dropped on that thread (regorus refuses to drop an engine elsewhere).
+        # also dropped on that thread when the thread ends (regorus refuses to drop an engine
+        # elsewhere). Should this engine go away first, the copy is dropped where that happens:
+        # regorus refuses, and the copy leaks (one per thread and revision). The sidecar itself
+        # evaluates on the loop's thread only.
         local: CompiledPolicy | None = getattr(self._local, "compiled", None)
         if local is None or local.bundle.revision != compiled.bundle.revision:
             local = compile_bundle(compiled.bundle)
