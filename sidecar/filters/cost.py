@@ -41,7 +41,6 @@ class _Prompt:
 
 
 _PROMPT: ExchangeKey[_Prompt] = ExchangeKey("cost.prompt")
-_OUTPUT = str(Direction.OUTPUT)
 
 
 def body_characters(body: bytes) -> int:
@@ -89,18 +88,17 @@ class CostFilter(Filter):
         usage = ex.model_dialect.usage(reply.envelope) if reply.complete else None
         if usage is None:
             return
-        # Keyed by the direction's text: a StrEnum member hashes in Python (Enum.__hash__), a
-        # str in C, and a reply adds to a few dozen (tool, direction) pairs.
-        spent: defaultdict[tuple[str | None, str], float] = defaultdict(float)
+        spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
         self._output(ex, reply, usage, spent)
         prompt = ex.get(_PROMPT)
         if prompt is not None:
             self._input(prompt, usage, spent)
-        self.metrics.tool_tokens_spent((tool, direction, tokens) for (tool, direction), tokens in spent.items())
+        # str() of a StrEnum is its value, in C (`.value` is a property written in Python).
+        self.metrics.tool_tokens_spent((tool, str(direction), tokens) for (tool, direction), tokens in spent.items())
 
     @staticmethod
     def _output(
-        ex: Exchange, reply: Reply, usage: TokenUsage, spent: defaultdict[tuple[str | None, str], float]
+        ex: Exchange, reply: Reply, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]
     ) -> None:
         if not reply.client_calls:
             return
@@ -116,10 +114,10 @@ class CostFilter(Filter):
         ]
         for item, tokens in zip(items, output_tokens(usage, items), strict=True):
             if item.tool is not None:
-                spent[(item.tool, _OUTPUT)] += tokens
+                spent[(item.tool, Direction.OUTPUT)] += tokens
 
     @staticmethod
-    def _input(prompt: _Prompt, usage: TokenUsage, spent: defaultdict[tuple[str | None, str], float]) -> None:
+    def _input(prompt: _Prompt, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]) -> None:
         if prompt.tokens is None:  # the agent's own request
             prompt.tokens = span_tokens(usage.input, prompt.sizes, prompt.size)
             new = prompt.new
@@ -127,4 +125,4 @@ class CostFilter(Filter):
             new = [False] * len(prompt.sizes)
         for tool, split in zip(prompt.tools, split_input(usage, prompt.tokens, new), strict=True):
             for direction, tokens in split.items():
-                spent[(tool, str(direction))] += tokens  # str() of a StrEnum: its value, in C
+                spent[(tool, direction)] += tokens

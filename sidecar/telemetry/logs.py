@@ -124,29 +124,25 @@ class _SidecarHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def write_line(self, line: str) -> None:
         """What `emit` does with a formatted record, for a line `log_event` formatted itself."""
-        with self.lock or contextlib.nullcontext():
+        with self.lock or contextlib.nullcontext():  # a Handler makes its lock in __init__
             self.stream.write(line + self.terminator)
             self.flush()
 
 
-# The handler configure_logging installed: log_event writes to it directly while it is the
-# `sidecar` logger's only handler and nothing filters (`_direct_handler`).
-_installed: _SidecarHandler | None = None
-
-
 def _direct_handler(target: logging.Logger, level: int) -> _SidecarHandler | None:
-    """Our handler, when a record of `target` at `level` would reach it and nothing else: no
-    other handler, no filter on the way, and the handler's own level lets it through."""
-    handler = _installed
-    if handler is None or level < handler.level or handler.filters:
-        return None
+    """The handler configure_logging installed, when a record of `target` at `level` would
+    reach it and nothing else: it is the `sidecar` logger's only handler, no logger on the way
+    has a handler or a filter of its own, and the handler's level lets the record through."""
     node: logging.Logger | None = target
     while node is not logger:  # a module's logger, up to ours: nothing of its own on the way
         if node is None or node.handlers or node.filters or not node.propagate:
             return None
         node = node.parent
     handlers = logger.handlers
-    if len(handlers) != 1 or handlers[0] is not handler or logger.filters:
+    if len(handlers) != 1 or logger.filters:
+        return None
+    handler = handlers[0]
+    if not isinstance(handler, _SidecarHandler) or level < handler.level or handler.filters:
         return None
     return handler
 
@@ -160,11 +156,9 @@ def configure_logging(level: str | int = "info", stream: IO[str] | None = None) 
         if isinstance(handler, _SidecarHandler):
             logger.removeHandler(handler)
             handler.close()
-    global _installed
     handler = _SidecarHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter())
     logger.addHandler(handler)
-    _installed = handler
     logger.setLevel(resolved)
     logger.propagate = False
     return handler
