@@ -19,11 +19,14 @@ Hooks, in the order an exchange meets them (see `sidecar/exchange/runner.py`):
     on_checked(ex, checks)    a turn was judged; `check.action` says what was done
     on_repaired(ex, outcome)  a sequence of repair rounds ended
     on_deliver(ex, calls)     the calls are about to reach the agent: commit (ledger) here
-    on_delivered(ex, reply, calls)  the reply (and these calls) reached the agent
+    on_delivered(ex, reply, calls)  the reply (and these calls) is final and goes to the
+                              agent next: store what the agent's next request relies on here
     on_answered(ex)           tool results arrived in an upstream reply (MCP: the `tools/call`
                               result), in `ex.view.results`: match them (`ex.results`), then
                               every filter hears each one (`on_result`)
-    on_done(ex, end)          the exchange ended (done or failed), exactly once, in reverse order
+    on_done(ex, end)          the exchange ended (done or failed), exactly once, in reverse
+                              order; the agent already has its answer, so what only observes
+                              (metrics, logs, traces, token estimates) belongs here
 
 The MCP path (`sidecar/mcp/runner.py`) runs the same chain: `on_request` on the declarations a
 `tools/list` returns or a `tools/call` is judged against, `check`/`checked`/`deliver` before

@@ -92,7 +92,8 @@ class AgentPort(Protocol):
     async def respond(
         self, status: int, body: bytes, upstream: UpstreamAnswer | None = None, extra: Mapping[str, str] | None = None
     ) -> None:
-        """A whole response; with `upstream`, its status line and (cleaned) headers."""
+        """A whole response, sent when this returns; with `upstream`, its status line and
+        (cleaned) headers."""
         ...
 
     async def open_stream(self, upstream: UpstreamAnswer) -> None: ...
@@ -267,9 +268,9 @@ class ExchangeRunner:
         if held.assembler is not None:
             if held.assembler.error is not None or not held.assembler.held:
                 await self.chain.reply(ex, held.reply)
+                await self.chain.delivered(ex, held.reply, [])
                 await agent.close_stream()  # nothing held: everything already went out
                 end.finish(200)
-                await self.chain.delivered(ex, held.reply, [])
                 return
             if not held.reply.complete:
                 raise Refused(502, RefusalReason.FRAMING, "the upstream stream ended before its last event")
@@ -279,7 +280,12 @@ class ExchangeRunner:
         end.finish(200 if end.stream else delivery.status)
 
     async def _settle_and_deliver(self, ex: Exchange, held: _Held, delivery: _Delivery) -> None:
-        """The shared tail: checks and repair rounds, commit, then the agent gets the reply."""
+        """The shared tail: checks and repair rounds, commit, then the agent gets the reply.
+
+        Everything the agent's next request relies on (the ledger at `on_deliver`, what the
+        provider holds at `on_delivered`) is stored before the reply's last bytes go out: an
+        agent that answers at once must find it. What only observes the exchange (metrics,
+        the log line, traces: `on_done`) runs after them, off the agent's wait."""
         if ex.origin is Origin.RETRIEVE:
             # A stored response echoes the tools it was created with: its calls are checked
             # against those, as if it had just been created.
@@ -292,8 +298,9 @@ class ExchangeRunner:
         except FilterFailed as failure:
             log.error("delivery withdrawn (fail closed): %s", failure)
             settlement = await self.enforcer.withdraw(ex, settlement, failure)
-        await delivery.deliver(ex, held, settlement)
+        delivery.as_shown(ex, held, settlement)
         await self.chain.delivered(ex, settlement.reply, settlement.delivered)
+        await delivery.deliver(ex, held, settlement)
 
     # -- reading replies -------------------------------------------------------------------
 
@@ -406,6 +413,10 @@ class _Delivery(Protocol):
 
     async def while_waiting(self, settling: Awaitable[Settlement]) -> Settlement: ...
 
+    def as_shown(self, ex: Exchange, held: _Held, settlement: Settlement) -> None:
+        """Make the settled reply the one the agent will see (before `on_delivered` stores it)."""
+        ...
+
     async def deliver(self, ex: Exchange, held: _Held, settlement: Settlement) -> None: ...
 
 
@@ -418,6 +429,9 @@ class _WholeDelivery:
 
     async def while_waiting(self, settling: Awaitable[Settlement]) -> Settlement:
         return await settling
+
+    def as_shown(self, ex: Exchange, held: _Held, settlement: Settlement) -> None:
+        return None  # a whole reply is shown as settled
 
     async def deliver(self, ex: Exchange, held: _Held, settlement: Settlement) -> None:
         body = orjson.dumps(ex.model_dialect.write_reply(settlement.reply)) if settlement.changed else self.raw
@@ -449,13 +463,16 @@ class _StreamDelivery:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def deliver(self, ex: Exchange, held: _Held, settlement: Settlement) -> None:
-        assembler = self.assembler
+    def as_shown(self, ex: Exchange, held: _Held, settlement: Settlement) -> None:
         if settlement.changed:
             # A stream keeps the id it announced first (the agent already has it).
             shown = ex.model_dialect.response_id(held.reply)
             if shown and ex.model_dialect.response_id(settlement.reply) != shown:
                 settlement.reply.envelope["id"] = shown
+
+    async def deliver(self, ex: Exchange, held: _Held, settlement: Settlement) -> None:
+        assembler = self.assembler
+        if settlement.changed:
             start = assembler.cut if assembler.cut is not None else len(held.reply.items)
             tail = ex.model_dialect.render_tail(settlement.reply, start, assembler.tail)
             if ex.repair_rounds:

@@ -1,12 +1,16 @@
 """The cost filter: tokens per tool (`sidecar_tool_tokens_total{tool,direction}`), an estimate.
 
-`on_request` sizes every tool call and result the agent's request carries (the dialect's
-`tool_spans`, a walk over what was already parsed: no re-serialisation) and names each by the
-call it answers. `on_reply` hears every reply, the agent's and each repair round's, and shares
-its usage out (sidecar/telemetry/tokens.py): its output tokens among the calls it makes, its
-input tokens among the spans of the prompt. A repair round re-sends the agent's request, so
-its spans are counted again at the sizes estimated for the agent's own request; what the
-round adds (the refused call and the sidecar's answer) is not attributed as input.
+It sizes every tool call and result the agent's request carries (the dialect's `tool_spans`,
+a walk over what was already parsed: no re-serialisation) and names each by the call it
+answers. Every reply, the agent's and each repair round's, has its usage shared out
+(sidecar/telemetry/tokens.py): its output tokens among the calls it makes, its input tokens
+among the spans of the prompt. A repair round re-sends the agent's request, so its spans are
+counted again at the sizes estimated for the agent's own request; what the round adds (the
+refused call and the sidecar's answer) is not attributed as input.
+
+The work is done at `on_done`, after the agent has its answer: the filter only observes, so
+the agent never waits for it. `on_request` keeps the request as it goes upstream (a later
+filter may replace `ex.request`), `on_reply` each complete reply.
 
 Not attributed as input: requests that continue a conversation the provider holds
 (`previous_response_id`, `conversation`): their input tokens cover history the body does not
@@ -20,10 +24,11 @@ request does not echo the call).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from sidecar.exchange.filters import Filter
-from sidecar.exchange.state import Exchange, ExchangeKey
+from sidecar.exchange.state import End, Exchange, ExchangeKey
 from sidecar.model import Reply, SpanKind, TokenUsage, ToolSpan
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.tokens import Direction, Written, output_tokens, span_tokens, split_input
@@ -40,7 +45,15 @@ class _Prompt:
     tokens: list[float] | None = None
 
 
-_PROMPT: ExchangeKey[_Prompt] = ExchangeKey("cost.prompt")
+@dataclass(slots=True)
+class _Heard:
+    """What the exchange showed the filter, kept for `on_done`."""
+
+    request: dict[str, Any] | None = None  # the agent's request as it went upstream
+    replies: list[Reply] = field(default_factory=list)  # the complete ones, in order
+
+
+_HEARD: ExchangeKey[_Heard] = ExchangeKey("cost.heard")
 
 
 def body_characters(body: bytes) -> int:
@@ -64,37 +77,47 @@ class CostFilter(Filter):
         self.metrics = metrics
 
     async def on_request(self, ex: Exchange) -> None:
-        if ex.mcp is not None:
-            return  # tokens are a model's: an MCP request spends none
-        dialect = ex.model_dialect
-        if dialect.history_at_provider(ex.request):
-            return
-        spans = dialect.tool_spans(ex.request)
-        if not spans:
-            return
-        ledger = {r.call_id: r.tool for r in ex.results}
-        repeated = {r.call_id for r in ex.results if r.resent}  # the agent sends a request again
-        ex.put(
-            _PROMPT,
-            _Prompt(
-                tools=span_tools(spans, ledger),
-                sizes=[s.size for s in spans],
-                new=[s.latest and s.call_id not in repeated for s in spans],
-                size=body_characters(ex.body),
-            ),
-        )
+        if ex.mcp is None:  # tokens are a model's: an MCP request spends none
+            ex.setdefault(_HEARD, _Heard).request = ex.request
 
     async def on_reply(self, ex: Exchange, reply: Reply) -> None:
-        usage = ex.model_dialect.usage(reply.envelope) if reply.complete else None
-        if usage is None:
+        if reply.complete:
+            ex.setdefault(_HEARD, _Heard).replies.append(reply)
+
+    async def on_done(self, ex: Exchange, end: End) -> None:
+        heard = ex.get(_HEARD)
+        if heard is None or not heard.replies:
             return
+        dialect = ex.model_dialect
+        prompt = self._prompt(ex, heard.request) if heard.request is not None else None
         spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
-        self._output(ex, reply, usage, spent)
-        prompt = ex.get(_PROMPT)
-        if prompt is not None:
-            self._input(prompt, usage, spent)
+        for reply in heard.replies:
+            usage = dialect.usage(reply.envelope)
+            if usage is None:
+                continue
+            self._output(ex, reply, usage, spent)
+            if prompt is not None:
+                self._input(prompt, usage, spent)
         # str() of a StrEnum is its value, in C (`.value` is a property written in Python).
         self.metrics.tool_tokens_spent((tool, str(direction), tokens) for (tool, direction), tokens in spent.items())
+
+    @staticmethod
+    def _prompt(ex: Exchange, request: dict[str, Any]) -> _Prompt | None:
+        """The request's spans, named and sized; None when no share of the body can be said."""
+        dialect = ex.model_dialect
+        if dialect.history_at_provider(request):
+            return None
+        spans = dialect.tool_spans(request)
+        if not spans:
+            return None
+        ledger = {r.call_id: r.tool for r in ex.results}
+        repeated = {r.call_id for r in ex.results if r.resent}  # the agent sends a request again
+        return _Prompt(
+            tools=span_tools(spans, ledger),
+            sizes=[s.size for s in spans],
+            new=[s.latest and s.call_id not in repeated for s in spans],
+            size=body_characters(ex.body),
+        )
 
     @staticmethod
     def _output(

@@ -124,7 +124,12 @@ class AiohttpAgent:
             headers, reason = CIMultiDict({"Content-Type": "application/json"}), None
         if extra:
             headers.update(extra)
-        self.response = web.Response(body=body, status=status, reason=reason, headers=headers)
+        response = web.Response(body=body, status=status, reason=reason, headers=headers)
+        self.response = response
+        # Sent now, not when the handler returns: the exchange's observation (`on_done`) runs
+        # after the agent has its answer, as it does after a stream's last event.
+        await response.prepare(self.request)
+        await response.write_eof()
 
     async def open_stream(self, upstream: UpstreamAnswer) -> None:
         response = web.StreamResponse(status=200, headers=downstream_response_headers(upstream.headers))

@@ -593,8 +593,8 @@ class Metrics:
         self.tool_tokens_spent(((tool, direction, tokens),))
 
     def tool_tokens_spent(self, spent: Iterable[tuple[str | None, str, float]]) -> None:
-        """`tool_tokens` for each (tool, direction, tokens) of one reply, under one lock: a
-        reply attributes tokens to a dozen or more (tool, direction) pairs."""
+        """`tool_tokens` for each (tool, direction, tokens) of one exchange's replies, under one
+        lock: an exchange attributes tokens to a dozen or more (tool, direction) pairs."""
         counted: list[tuple[_TokenSlot, float]] = []
         for tool, direction, tokens in spent:
             if tokens < 0 or tokens != tokens:
