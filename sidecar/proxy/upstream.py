@@ -62,6 +62,10 @@ class Upstreams:
             timeout=self._timeout,
             auto_decompress=True,
             skip_auto_headers=("User-Agent", "Content-Type"),
+            # No cookies kept: this one client serves every agent, so a cookie the provider set
+            # on one agent's answer would ride on the others' requests. Each agent's own
+            # Cookie and Set-Cookie headers pass through as they are.
+            cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,  # never route through a proxy named by the environment
         )
 
