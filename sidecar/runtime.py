@@ -9,13 +9,20 @@ import gc
 from collections.abc import Coroutine
 from typing import Any
 
-# The cyclic collector's default thresholds (700, 10, 10) run a young collection every 700 net
-# allocations: several per request (a 16 KB agent body parses into thousands of objects), each
-# also walking what the request keeps alive. Measured on the shared harness's whole-reply
-# scenario at c=64: 1170 us of CPU per request with the defaults, 950 with these and the
-# start-up heap frozen (no different from the collector off). Request objects are acyclic;
-# cycles (tracebacks, closures) wait a little longer for a collection.
-GC_THRESHOLDS = (7_000, 20, 20)
+# A young collection runs when the tracked objects allocated since the last one, minus those
+# freed, pass the first threshold. Under load that count swings with the requests in flight:
+# 64 of them allocate and free tens of thousands of objects (parsed bodies, filters' state,
+# aiohttp's). The defaults (700) and the 7,000 used before trip on that swing alone, and each
+# collection walks everything the requests in flight hold, which is acyclic and freed by
+# reference counting anyway. Measured at c=64 on the shared harness's bodies (shipped policy
+# library; collections counted and timed with gc.callbacks in the sidecar, over 8 s of load):
+# at 7,000, ~200 young collections of ~2.4 ms each, 0.45-0.5 s of every 8 (60-100 us per
+# request); at 50,000, none in the whole-reply scenario and one in the streamed one. A
+# collection now runs when 50,000 objects are kept (the ledger, the legs index) or left in
+# cycles (tracebacks): it walks more at once (14-20 ms measured), far less often, and cyclic
+# garbage waits for up to 50,000 objects. `bench/bench_sessions.py` (100,000 sessions): the
+# same RSS with either threshold (138.8 MiB).
+GC_THRESHOLDS = (50_000, 20, 20)
 
 
 def settle_process() -> None:
