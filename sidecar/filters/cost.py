@@ -146,6 +146,12 @@ class CostFilter(Filter):
             new = prompt.new
         else:  # a repair round: the agent's request is the history of its prompt
             new = [False] * len(prompt.sizes)
-        for tool, split in zip(prompt.tools, split_input(usage, prompt.tokens, new), strict=True):
-            for direction, tokens in split.items():
+        # The split is linear in each span's tokens and its rates depend only on whether the
+        # span is new: spans of one tool and newness are split once, as their sum.
+        groups: defaultdict[tuple[str | None, bool], float] = defaultdict(float)
+        for tool, is_new, tokens in zip(prompt.tools, new, prompt.tokens, strict=True):
+            groups[(tool, is_new)] += tokens
+        split = split_input(usage, list(groups.values()), [is_new for _, is_new in groups])
+        for (tool, _), directions in zip(groups, split, strict=True):
+            for direction, tokens in directions.items():
                 spent[(tool, direction)] += tokens

@@ -600,6 +600,8 @@ class Metrics:
             if tokens < 0 or tokens != tokens:
                 continue
             slot = self._token_slots.get((tool, direction)) or self._token_slot(tool, direction)
+            if tokens == 0:  # the slot's series and total exist at 0 already: nothing to add
+                continue
             slot.child.inc(tokens)
             counted.append((slot, tokens))
         with self._lock:
@@ -614,6 +616,7 @@ class Metrics:
         direction_label = _bounded(direction, TOKEN_DIRECTIONS, "input")
         with self._lock:
             totals = self._tool_stats(label).tokens
+            totals.setdefault(direction_label, 0.0)  # listed from its first reply on, as its series
         slot = _TokenSlot(self._child(self.tool_tokens_counter, label, direction_label), totals, direction_label)
         if (label != OTHER or tool is None) and direction in TOKEN_DIRECTIONS:
             self._token_slots[(tool, direction)] = slot

@@ -230,3 +230,17 @@ def test_a_tool_declared_after_its_first_tokens_gets_its_own_series() -> None:
     samples = {(s.labels["tool"], s.labels["direction"]): s.value for s in families["sidecar_tool_tokens"].samples}
     assert samples == {("other", "input"): 2.0, ("late", "input"): 7.0, ("other", "output"): 2.0}
     assert m.status_summary()["tools"]["late"]["tokens"]["input"] == 7
+
+
+def test_zero_tokens_show_the_series_at_zero_and_add_nothing() -> None:
+    """A (tool, direction) pair a reply gives 0 tokens (no cache reads) has its series and its
+    /v1/status total from that reply on, at 0, so a later first increment is seen as one."""
+    m = Metrics(tool_label_cap=5)
+    m.declare_tool("search")
+    m.tool_tokens_spent([("search", "input", 5.0), ("search", "input_cached", 0.0)])
+    m.tool_tokens_spent([("search", "input_cached", 0.0), ("search", "input", 0.0)])
+    families = {f.name: f for f in text_string_to_metric_families(m.render()[0].decode())}
+    samples = {(s.labels["tool"], s.labels["direction"]): s.value for s in families["sidecar_tool_tokens"].samples}
+    assert samples == {("search", "input"): 5.0, ("search", "input_cached"): 0.0}
+    m.tool_tokens_spent([("search", "input_cached", 3.0)])
+    assert m.status_summary()["tools"]["search"]["tokens"]["input_cached"] == 3
