@@ -9,7 +9,6 @@ are observed and decided by the policy; their result blocks pass untouched.
 
 from __future__ import annotations
 
-import copy
 import secrets
 from typing import Any
 
@@ -430,6 +429,17 @@ class _AnthropicStream(StreamAssembler):
             self.error = event
             return None, False
         data = self.json(event)
+        if event.event == "content_block_delta" and self._started and not self.finished and isinstance(data, dict):
+            # Most events: a delta to an open block, named as its type says. Taken in one step
+            # when `_framing` would pass it; anything else goes the whole way below.
+            index = as_index(data.get("index"))
+            if (
+                data.get("type") == "content_block_delta"
+                and 0 <= index < len(self.items)
+                and index not in self._stopped
+            ):
+                self._delta(index, as_dict(data.get("delta")))
+                return index, False
         kind = data.get("type") if isinstance(data, dict) else None
         if kind == "error":
             self.error = event
@@ -437,7 +447,8 @@ class _AnthropicStream(StreamAssembler):
         if not isinstance(data, dict) or kind == "ping" or self._framing(event, data, kind):
             return None, False
         if kind == "message_start":
-            self.envelope = copy.deepcopy(as_dict(data.get("message")))
+            # `data` was parsed for this call alone: the envelope may take its dicts as they are.
+            self.envelope = dict(as_dict(data.get("message")))
             self.envelope["content"] = []
         elif kind == "content_block_start":
             block = dict(as_dict(data.get("content_block")))

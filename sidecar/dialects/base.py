@@ -204,10 +204,11 @@ class StreamAssembler(ABC):
     def json(self, event: SSEEvent) -> Any:
         """The event's data as JSON; None for events without data. Data the sidecar cannot
         read (not JSON, nested too deep) is refused: an SDK might still read it."""
-        if not event.data.strip():
+        data = event.data
+        if not data or data.isspace():  # `not data.strip()`, without making the stripped copy
             return None
         try:
-            return loads(event.data)
+            return loads(data)
         except ValueError:
             self.refuse("an event whose data the sidecar cannot read as JSON")
             return None

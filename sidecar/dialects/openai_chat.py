@@ -510,6 +510,11 @@ class _ChatStream(StreamAssembler):
         self.tail: _ChatTail = _ChatTail()
         self.items.append(Item(ItemKind.TEXT, {"type": "text", "text": ""}))
         self._calls: dict[int, Item] = {}
+        # Where each call's item sits in `items`, by its `tool_calls[].index` (kept, not looked
+        # up: `list.index` compares every earlier item field by field, and an equal one would
+        # answer for it).
+        self._call_positions: dict[int, int] = {}
+        self._legacy_position = 0
         self._partials: dict[int, list[str]] = {}
         self._legacy: Item | None = None  # a legacy `delta.function_call` being assembled
         self._legacy_parts: list[str] = []
@@ -625,17 +630,18 @@ class _ChatStream(StreamAssembler):
             wire = {"id": fragment.get("id") or "", "type": kind, kind: {"name": spec.get("name") or "", text_key: ""}}
             item = Item(ItemKind.CALL, wire)
             self._calls[key] = item
+            self._call_positions[key] = len(self.items)
             self.items.append(item)
         else:
             wire = item.wire
             if wire["type"] != kind or (fragment.get("type") not in (None, kind)):
                 self.refuse(f"tool call {key} changes its type in a later fragment")
-                return self.items.index(item), False
+                return self._call_positions[key], False
             self._same(wire, "id", fragment.get("id"), key)
             self._same(wire[kind], "name", spec.get("name"), key)
         if isinstance(spec.get(text_key), str):
             self._partials.setdefault(key, []).append(spec[text_key])
-        return self.items.index(item), new
+        return self._call_positions[key], new
 
     def _same(self, held: dict[str, Any], field: str, value: Any, key: int) -> None:
         """A field given once. Given again, readings part: the OpenAI SDK joins the pieces
@@ -656,12 +662,13 @@ class _ChatStream(StreamAssembler):
         if item is None:
             item = Item(ItemKind.CALL, {LEGACY: {"name": name if isinstance(name, str) else "", "arguments": ""}})
             self._legacy = item
+            self._legacy_position = len(self.items)
             self.items.append(item)
         elif isinstance(name, str):
             self._same(item.wire[LEGACY], "name", name, 0)
         if isinstance(fragment.get("arguments"), str):
             self._legacy_parts.append(fragment["arguments"])
-        return self.items.index(item), new
+        return self._legacy_position, new
 
     def observe_forwarded(self, event: SSEEvent) -> None:
         for choice in as_list(self._last.get("choices")):

@@ -138,21 +138,26 @@ class SSEParser:
                 return start, start < len(buffer) and buffer[start] != 0x0A
             if end <= start:  # a blank line first: line by line
                 break
-            block = buffer[start:end]
+            # The two framings the providers use are read in place (no copy of the block).
+            nl = buffer.find(b"\n", start, end)
             if (
-                block.startswith(b"event: ")
-                and block.count(b"\n") == 1
-                and block.startswith(b"data: ", nl := block.find(b"\n") + 1)
+                buffer.startswith(b"event: ", start)
+                and nl != -1
+                and buffer.startswith(b"data: ", nl + 1)
+                and buffer.find(b"\n", nl + 1, end) == -1
             ):
                 # `event: NAME` then `data: JSON`, the providers' own framing
-                event: str | None = block[7 : nl - 1].decode("utf-8", "replace")
-                events.append(SSEEvent(buffer[start : end + 2], event, block[nl + 6 :].decode("utf-8", "replace")))
+                event: str | None = buffer[start + 7 : nl].decode("utf-8", "replace")
+                data_text = buffer[nl + 7 : end].decode("utf-8", "replace")
+                events.append(SSEEvent(buffer[start : end + 2], event, data_text))
                 start = end + 2
                 continue
-            if block.startswith(b"data: ") and b"\n" not in block:  # a lone `data: JSON` line
-                events.append(SSEEvent(buffer[start : end + 2], None, block[6:].decode("utf-8", "replace")))
+            if nl == -1 and buffer.startswith(b"data: ", start):  # a lone `data: JSON` line
+                data_text = buffer[start + 6 : end].decode("utf-8", "replace")
+                events.append(SSEEvent(buffer[start : end + 2], None, data_text))
                 start = end + 2
                 continue
+            block = buffer[start:end]
             event = None
             data: list[str] = []
             for line in block.split(b"\n"):

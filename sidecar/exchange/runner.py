@@ -151,6 +151,8 @@ def _already_sent(ex: Exchange, event: Frame) -> bool:
 
 
 def _utf8(data: bytes) -> bool:
+    if data.isascii():  # most events: checked without decoding
+        return True
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
@@ -282,10 +284,11 @@ class ExchangeRunner:
     async def _settle_and_deliver(self, ex: Exchange, held: _Held, delivery: _Delivery) -> None:
         """The shared tail: checks and repair rounds, commit, then the agent gets the reply.
 
-        Everything the agent's next request relies on (the ledger at `on_deliver`, what the
-        provider holds at `on_delivered`) is stored before the reply's last bytes go out: an
-        agent that answers at once must find it. What only observes the exchange (metrics,
-        the log line, traces: `on_done`) runs after them, off the agent's wait."""
+        Everything the agent's next request relies on (the ledger at `on_deliver`; at
+        `on_delivered`, a Responses chain's turn and the calls the MCP path will recognise) is
+        stored before the reply's last bytes go out: an agent that answers at once finds it.
+        What only observes the exchange (metrics, the log line, traces: `on_done`) runs after
+        them, off the agent's wait."""
         if ex.origin is Origin.RETRIEVE:
             # A stored response echoes the tools it was created with: its calls are checked
             # against those, as if it had just been created.
