@@ -476,6 +476,12 @@ class EmbeddedEngine(_Interpreting):
     async def close(self) -> None:
         if self._watcher is not None:
             await self._watcher.stop()
+            self._watcher = None
+        # The compiled policy is dropped here, on the thread that built it: regorus refuses to
+        # drop an engine on another thread (a warning, and the engine leaks), and a closed
+        # engine may linger in a reference cycle (its watcher's cancelled task) until a
+        # collection runs on any thread. Decisions after this are refused: no policy.
+        self._compiled = None
         await self._close_log()
 
 

@@ -129,3 +129,18 @@ async def test_initial_broken_policy(tmp_path: Path) -> None:
         assert engine.health()["ok"] is True
     finally:
         await engine.close()
+
+
+async def test_a_closed_engine_has_let_go_of_its_policy(tmp_path: Path) -> None:
+    """close() drops the compiled policy on the thread that built it: regorus refuses to drop
+    an engine on another thread (a warning, and the engine leaks), and a closed engine can
+    linger in a reference cycle until a collection runs on any thread (a flaky warning in the
+    suite, from a reload test's engine). Afterwards it decides nothing: refused, with why."""
+    (tmp_path / "p.rego").write_text(ALLOW)
+    engine = make_engine(tmp_path, [])
+    await engine.start()
+    assert (await engine.decide(call("t"))).allow is True
+    await engine.close()
+    after = await engine.decide(call("t"))
+    assert after.allow is False and after.error is not None
+    assert engine.health()["serving"] is False
