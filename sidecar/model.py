@@ -10,7 +10,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
@@ -492,15 +492,17 @@ class SpanKind(StrEnum):
     RESULT = "result"  # a tool result
 
 
-@dataclass(frozen=True, slots=True)
-class ToolSpan:
+class ToolSpan(NamedTuple):
     """A tool call or result as it sits in a request: what it occupies of the model's input.
 
-    `size` is its length in the request body, in characters of its JSON (an estimate: string
-    payloads are counted by length, not re-encoded). `latest`: in or after the latest model
-    turn, i.e. sent to the model for the first time (unless the agent repeats a request), so
-    it cannot have been read from a prompt cache. `name` is known for calls (and for results
-    of protocols that carry it); results are named by the call they answer.
+    `size` is its length in characters of its block as compact JSON (its payload written with
+    orjson to count them). `latest`: in or after the latest model turn, i.e. sent to the model
+    for the first time (unless the agent repeats a request), so it cannot have been read from a
+    prompt cache. `name` is known for calls (and for results of protocols that carry it);
+    results are named by the call they answer.
+
+    A named tuple, immutable like a frozen dataclass at half its construction cost: every
+    request builds one per call and result of its history.
     """
 
     kind: SpanKind

@@ -24,8 +24,8 @@ docs/cost.md states the method and the error measured on the recorded transcript
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from sidecar.model import TokenUsage
 
@@ -43,10 +43,10 @@ DIRECTIONS = tuple(Direction)
 INPUT_DIRECTIONS = (Direction.INPUT, Direction.INPUT_CACHED, Direction.INPUT_CACHE_WRITE)
 
 
-@dataclass(frozen=True, slots=True)
-class Written:
+class Written(NamedTuple):
     """One item of a reply, as the output split sees it: the tool it calls (None: not a call),
-    the characters the model wrote for it, and whether it is reasoning."""
+    the characters the model wrote for it, and whether it is reasoning. (A named tuple: one per
+    item of every reply.)"""
 
     tool: str | None
     size: int
