@@ -581,10 +581,12 @@ class _ChatStream(StreamAssembler):
         others: list[dict[str, Any]] = []
         edited = False
         for choice in as_list(data.get("choices")):
-            index = as_index(choice.get("index", 0)) if isinstance(choice, dict) else 0
-            if index == 0:
+            # Choice 0 as `apply` assembles it, and as the SDK accumulates it (`index: false`
+            # and `0.0` are choice 0 there too): its calls are checked, so they are never cut.
+            if not isinstance(choice, dict) or choice.get("index", 0) == 0:
                 kept.append(choice)
                 continue
+            index = as_index(choice.get("index"))
             delta = as_dict(choice.get("delta"))
             if isinstance(delta.get("content"), str) and delta["content"]:
                 self._other_text.add(index)

@@ -236,3 +236,24 @@ def test_stream_rerendered_tail_keeps_the_other_choices() -> None:
     assert [c.finish_reason for c in final.choices] == ["stop", "stop"]
     assert final.choices[0].message.tool_calls is None
     assert final.choices[1].message.content == "Let me check.\n\n" + OTHER_CHOICE_NOTE
+
+
+@pytest.mark.parametrize("index", [False, 0.0], ids=["false", "float"])
+def test_a_choice_zero_written_oddly_is_read_as_the_sdk_reads_it(index: Any) -> None:
+    """`"index": false` (or `0.0`) is choice 0 to the SDK's stream helper: the sidecar checks
+    its calls as choice 0's and passes them on as such, instead of cutting them from what it
+    forwards while counting them as delivered."""
+    start = {"role": "assistant", "content": "", "refusal": None}
+    chunks = [
+        _chunk(index, start),
+        _chunk(index, {"tool_calls": [_header(0, "call_a0", "get_weather")]}),
+        _chunk(index, {"tool_calls": [_args(0, PARIS)]}),
+        _chunk(index, {}, "tool_calls"),
+    ]
+    data = b"".join(format_event(json.dumps(c, separators=(",", ":"))) for c in chunks) + b"data: [DONE]\n\n"
+    assembler, forwarded, held = feed_all(data)
+    reply = assembler.reply()
+    assert [(c.id, c.arguments) for c in reply.calls] == [("call_a0", {"city": "Paris"})]
+    sdk = accumulate(forwarded + held)
+    calls = sdk.choices[0].message.tool_calls or []
+    assert [(c.id, c.function.arguments) for c in calls] == [("call_a0", PARIS)]
