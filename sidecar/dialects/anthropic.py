@@ -431,7 +431,9 @@ class _AnthropicStream(StreamAssembler):
         data = self.json(event)
         if event.event == "content_block_delta" and self._started and not self.finished and isinstance(data, dict):
             # Most events: a delta to an open block, named as its type says. Taken in one step
-            # when `_framing` would pass it; anything else goes the whole way below.
+            # when `_framing` would pass it; anything else goes the whole way below. These
+            # conditions restate `_framing`'s for a delta: change both together. (Folding them
+            # into `_framing` instead measured 10% slower over the benchmark's 72 events.)
             index = as_index(data.get("index"))
             if (
                 data.get("type") == "content_block_delta"

@@ -500,6 +500,13 @@ class _ChatTail(TailState):
     others: list[bytes] = field(default_factory=list)
 
 
+def _is_choice_zero(choice: dict[str, Any]) -> bool:
+    """Whether a streamed chunk's choice is choice 0, the one enforced: as the SDK's stream
+    helper accumulates it (a missing index, `false` and `0.0` are choice 0 there too). The
+    screen, the assembler and the forwarded-text count read it the same way."""
+    return bool(choice.get("index", 0) == 0)
+
+
 class _ChatStream(StreamAssembler):
     """Assembles choice 0; the envelope mimics a non-streaming completion.
 
@@ -550,7 +557,7 @@ class _ChatStream(StreamAssembler):
         started = False
         others = self._screen(event, data)
         for choice in as_list(data.get("choices")):
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            if not isinstance(choice, dict) or not _is_choice_zero(choice):
                 continue
             delta = as_dict(choice.get("delta"))
             if isinstance(delta.get("content"), str):
@@ -581,9 +588,8 @@ class _ChatStream(StreamAssembler):
         others: list[dict[str, Any]] = []
         edited = False
         for choice in as_list(data.get("choices")):
-            # Choice 0 as `apply` assembles it, and as the SDK accumulates it (`index: false`
-            # and `0.0` are choice 0 there too): its calls are checked, so they are never cut.
-            if not isinstance(choice, dict) or choice.get("index", 0) == 0:
+            # Choice 0 (`apply` checks its calls) is never cut.
+            if not isinstance(choice, dict) or _is_choice_zero(choice):
                 kept.append(choice)
                 continue
             index = as_index(choice.get("index"))
@@ -677,7 +683,7 @@ class _ChatStream(StreamAssembler):
             if not isinstance(choice, dict):
                 continue
             delta = as_dict(choice.get("delta"))
-            if choice.get("index", 0) == 0:
+            if _is_choice_zero(choice):
                 self.tail.role_sent = self.tail.role_sent or "role" in delta
                 if isinstance(delta.get("content"), str):
                     self.tail.forwarded_text += len(delta["content"])

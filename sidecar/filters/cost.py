@@ -1,12 +1,13 @@
 """The cost filter: tokens per tool (`sidecar_tool_tokens_total{tool,direction}`), an estimate.
 
 It sizes every tool call and result the agent's request carries (the dialect's `tool_spans`,
-a walk over what was already parsed: no re-serialisation) and names each by the call it
-answers. Every reply, the agent's and each repair round's, has its usage shared out
-(sidecar/telemetry/tokens.py): its output tokens among the calls it makes, its input tokens
-among the spans of the prompt. A repair round re-sends the agent's request, so its spans are
-counted again at the sizes estimated for the agent's own request; what the round adds (the
-refused call and the sidecar's answer) is not attributed as input.
+a walk over what was already parsed; each payload is written with orjson to count its
+characters) and names each by the call it answers. Every reply, the agent's and each repair
+round's, has its usage shared out (sidecar/telemetry/tokens.py): its output tokens among the
+calls it makes, its input tokens among the spans of the prompt. A repair round re-sends the
+agent's request, so its spans are counted again at the sizes estimated for the agent's own
+request; what the round adds (the refused call and the sidecar's answer) is not attributed as
+input.
 
 The work is done at `on_done`, after the agent has its answer: the filter only observes, so
 the agent never waits for it. `on_request` keeps the request as it goes upstream (a later
