@@ -177,8 +177,7 @@ class ReplayFilter(Filter):
         found = _Found(call_replay_key(session, call))
         check.exchange.setdefault(_TURN, _Turn).found[id(check)] = found
         try:
-            found.first = await self.store.find_replay(session, found.key)
-            found.same_id = await self.store.get_call(session, call.id)
+            found.first, found.same_id = await self.store.look_up_call(session, found.key, call.id)
         except StateUnavailable as exc:
             found.unavailable = str(exc)
             return

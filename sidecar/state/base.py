@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
@@ -67,6 +67,17 @@ class CallRecord:
     @property
     def first_seen(self) -> float:
         return self.delivered_at
+
+
+class CallFacts(NamedTuple):
+    """What the ledger knows of one call about to be judged, asked in one step
+    (`StateStore.look_up_call`): one round trip to Redis, one hop to SQLite's thread."""
+
+    first: CallRecord | None  # the live delivery holding the call's replay key (`find_replay`)
+    same_id: CallRecord | None  # the live delivery under the call's own id (`get_call`)
+
+
+NO_FACTS = CallFacts(None, None)
 
 
 @dataclass(slots=True)
@@ -236,6 +247,10 @@ class StateStore(Protocol):
 
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
         """The call a result answers."""
+        ...
+
+    async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
+        """`find_replay` and `get_call` of one call, answered together."""
         ...
 
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:

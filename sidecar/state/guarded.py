@@ -23,6 +23,7 @@ from sidecar.state.base import (
     Approval,
     ApprovalConflict,
     ApprovalNotFound,
+    CallFacts,
     CallRecord,
     Decision,
     HeldState,
@@ -96,6 +97,9 @@ class GuardedStore:
 
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
         return await self._call("get_call", False, self.backend.get_call(session, call_id))
+
+    async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
+        return await self._call("look_up_call", False, self.backend.look_up_call(session, replay_key, call_id))
 
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         step = self.backend.record_result(session, call_id, result, is_error, at)

@@ -24,6 +24,7 @@ calls), so it is kept compact:
 
 from __future__ import annotations
 
+import math
 import struct
 import sys
 from collections import OrderedDict
@@ -31,7 +32,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from sidecar.state.base import (
+    NO_FACTS,
     Approval,
+    CallFacts,
     CallRecord,
     Decision,
     HeldState,
@@ -277,13 +280,16 @@ class _Index:
 class _Session:
     """One session's calls, least recently used first: a `_Listed` while small, else an `_Index`."""
 
-    __slots__ = ("calls", "last_expiry", "name", "tally")
+    __slots__ = ("calls", "first_expiry", "last_expiry", "name", "tally")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.calls: _Listed | _Index = _Listed()
         self.tally: dict[str, int] | None = None  # kept per-tool counts; None: count the calls
         self.last_expiry = 0.0  # when the newest call expires: the session's counts go then
+        # No call of the session expires before this (a lower bound: a call that left may
+        # have set it); until then none can be expired and holding a place of a live one.
+        self.first_expiry = math.inf
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -387,7 +393,11 @@ class MemoryStore:
         s.add(rec, call, key, holds_key=first is None)
         self._total += 1
         self._sessions.move_to_end(s.name)
-        s.last_expiry = max(s.last_expiry, lim.expires_at(rec))
+        expiry = lim.expires_at(rec)
+        s.last_expiry = max(s.last_expiry, expiry)
+        s.first_expiry = min(s.first_expiry, expiry)
+        if len(s) > lim.max_per_session and now >= s.first_expiry:
+            self._drop_expired(s, now)
         while len(s) > lim.max_per_session:
             self._evict(s, s.oldest())
         while self._total > lim.max_total:
@@ -396,6 +406,17 @@ class MemoryStore:
                 self._evict(oldest, oldest.oldest())
             if not len(oldest) and oldest is not s:
                 self._drop_session(oldest_name)
+
+    def _drop_expired(self, s: _Session, now: float) -> None:
+        """A full session's expired calls leave before the least recently used live one: an
+        expired call is forgotten already (no lookup finds it), and evicting a live call in its
+        place would forget that one early, a replay let through (SQLite and Redis drop expired
+        calls first too). A session's calls can be touched after they expire (a result, a
+        replay), so expired ones are not only at its least recently used end."""
+        lim = self.limits
+        for entry in [e for e in s.calls if not lim.alive(e, now)]:
+            self._evict(s, entry)
+        s.first_expiry = min((lim.expires_at(e) for e in s.calls), default=math.inf)
 
     async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:
         _, entry = self._replay(session, replay_key)
@@ -412,6 +433,17 @@ class MemoryStore:
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
         _, entry = self._call(session, call_id)
         return entry.to_record(session) if entry is not None else None
+
+    async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
+        s = self._session(session)
+        if s is None:
+            return NO_FACTS
+        first = self._live(s.calls.holder(_field(replay_key)))
+        same = self._live(s.calls.get(call_id))
+        return CallFacts(
+            first.to_record(session) if first is not None else None,
+            same.to_record(session) if same is not None else None,
+        )
 
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         s, entry = self._call(session, call_id)

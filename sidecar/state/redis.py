@@ -7,6 +7,9 @@ can never forge another session's key):
     replay:<s>:<replay key>   string, call id of the key's first delivery; same expiry
     lru:<s>                   zset call id -> use sequence (per-session LRU bound)
     lru                       zset "<s>/<call id>" -> use sequence (total LRU bound)
+    exp:<s>, exp              the same members -> when the call expires (ms): over a bound,
+                              expired calls leave first (they may be more recently used
+                              than live ones, and would hold their places)
     counts:<s>                hash tool -> calls delivered (session_counts)
     seq                       the use sequence
     approval:<id>             hash body (JSON), status, expires
@@ -39,6 +42,7 @@ from sidecar.model import canonical_json, sha256_hex
 from sidecar.state.base import (
     Approval,
     ApprovalConflict,
+    CallFacts,
     CallRecord,
     Decision,
     HeldState,
@@ -71,6 +75,13 @@ local function forget(s, cid)
   redis.call('DEL', ck)
   redis.call('ZREM', P .. 'lru:' .. s, cid)
   redis.call('ZREM', P .. 'lru', s .. '/' .. cid)
+  redis.call('ZREM', P .. 'exp:' .. s, cid)
+  redis.call('ZREM', P .. 'exp', s .. '/' .. cid)
+end
+local function forget_member(m) forget(string.sub(m, 1, 32), string.sub(m, 34)) end
+local function now_ms()
+  local t = redis.call('TIME')  -- the clock the calls' PEXPIREAT is read by
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function extend(key, ms)
   local cur = redis.call('PEXPIRETIME', key)
@@ -101,15 +112,23 @@ end
 redis.call('HSET', ck, unpack(ARGV, 9))
 redis.call('PEXPIREAT', ck, exp)
 touch(S, cid)
+redis.call('ZADD', P .. 'exp:' .. S, exp, cid)
+redis.call('ZADD', P .. 'exp', exp, S .. '/' .. cid)
 extend(P .. 'lru:' .. S, exp)
+extend(P .. 'exp:' .. S, exp)
 redis.call('HINCRBY', P .. 'counts:' .. S, tool, 1)
 extend(P .. 'counts:' .. S, exp)
+if redis.call('ZCARD', P .. 'lru:' .. S) > max_s then
+  for _, c in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp:' .. S, '-inf', now_ms())) do forget(S, c) end
+end
 while redis.call('ZCARD', P .. 'lru:' .. S) > max_s do
   forget(S, redis.call('ZRANGE', P .. 'lru:' .. S, 0, 0)[1])
 end
+if redis.call('ZCARD', P .. 'lru') > max_t then
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now_ms())) do forget_member(m) end
+end
 while redis.call('ZCARD', P .. 'lru') > max_t do
-  local m = redis.call('ZRANGE', P .. 'lru', 0, 0)[1]
-  forget(string.sub(m, 1, 32), string.sub(m, 34))
+  forget_member(redis.call('ZRANGE', P .. 'lru', 0, 0)[1])
 end
 return 1
 """
@@ -122,6 +141,18 @@ _FIND = (
 local cid = first_of(ARGV[3])
 if not cid then return nil end
 return redis.call('HGETALL', call_key(S, cid))
+"""
+)
+
+# ARGV: P, S, replay key, call id -> {the replay key's first delivery, the call id's}: two
+# HGETALL replies, empty when there is none (`look_up_call`: one round trip, not two)
+_LOOK_UP = (
+    _PRELUDE
+    + """
+local cid = first_of(ARGV[3])
+local first = {}
+if cid then first = redis.call('HGETALL', call_key(S, cid)) end
+return {first, redis.call('HGETALL', call_key(S, ARGV[4]))}
 """
 )
 
@@ -243,6 +274,7 @@ class RedisStore:
         )
         self._record = self._r.register_script(_RECORD)
         self._find = self._r.register_script(_FIND)
+        self._look_up = self._r.register_script(_LOOK_UP)
         self._note = self._r.register_script(_NOTE)
         self._result = self._r.register_script(_RESULT)
         self._cas_script = self._r.register_script(_CAS)
@@ -320,6 +352,15 @@ class RedisStore:
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
         h = await self._hash(self._k("call", _session_digest(session), call_id))
         return self._alive(_record(session, call_id, h)) if h else None
+
+    async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
+        args = [self.prefix, _session_digest(session), replay_key, call_id]
+        first, same = await self._do(self._look_up(args=args))
+        h = _pairs(first)
+        return CallFacts(
+            self._alive(_record(session, h["call_id"], h)) if h else None,
+            self._alive(_record(session, call_id, _pairs(same))) if same else None,
+        )
 
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         text, truncated = self.limits.truncate(result)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from sidecar.state.base import (
     Approval,
+    CallFacts,
     CallRecord,
     Decision,
     HeldState,
@@ -194,7 +195,12 @@ class SQLiteStore:
                 "INSERT INTO tool_counts VALUES (?, ?, 1) ON CONFLICT (session, tool) DO UPDATE SET n = n + 1",
                 (rec.session, rec.tool),
             )
+            # Over a bound, expired calls leave first (they may be more recently used than live
+            # ones: a late result touches them), then the least recently used live ones.
             (live,) = c.execute("SELECT live FROM sessions WHERE session = ?", (rec.session,)).fetchone()
+            if live > lim.max_per_session:
+                c.execute("DELETE FROM calls WHERE session = ? AND expires <= ?", (rec.session, now))
+                (live,) = c.execute("SELECT live FROM sessions WHERE session = ?", (rec.session,)).fetchone()
             if live > lim.max_per_session:
                 c.execute(
                     "DELETE FROM calls WHERE session = ? AND call_id IN (SELECT call_id "
@@ -202,6 +208,9 @@ class SQLiteStore:
                     (rec.session, rec.session, live - lim.max_per_session),
                 )
             (total,) = c.execute("SELECT v FROM meta WHERE k = 'live'").fetchone()
+            if total > lim.max_total:
+                c.execute("DELETE FROM calls WHERE expires <= ?", (now,))
+                (total,) = c.execute("SELECT v FROM meta WHERE k = 'live'").fetchone()
             if total > lim.max_total:
                 c.execute(
                     "DELETE FROM calls WHERE (session, call_id) IN (SELECT session, call_id "
@@ -229,6 +238,12 @@ class SQLiteStore:
 
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
         return await self._run(lambda c: self._get(c, session, call_id), write=False)
+
+    async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
+        def op(c: sqlite3.Connection) -> CallFacts:
+            return CallFacts(self._first(c, session, replay_key), self._get(c, session, call_id))
+
+        return await self._run(op, write=False)
 
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         text, truncated = self.limits.truncate(result)

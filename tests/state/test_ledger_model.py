@@ -40,7 +40,9 @@ Op = tuple[str, str, int, str]
 
 def draw(rng: random.Random) -> Op:
     """One operation: its name, session, argument set (few: replays are common) and call id."""
-    op = rng.choice(["record", "record", "record", "find", "note", "get", "result", "counts", "tick"])
+    op = rng.choice(
+        ["record", "record", "record", "record", "find", "note", "get", "look_up", "result", "counts", "tick"]
+    )
     return op, f"s{rng.randrange(3)}", rng.randrange(6), f"toolu_{rng.randrange(40):02d}"
 
 
@@ -58,6 +60,10 @@ async def apply(store: StateStore, at: float, op: Op) -> object:
         return await store.note_replay(session, replay_key)
     if name == "get":
         return await store.get_call(session, call_id)
+    if name == "look_up":  # the two questions above, answered at once
+        facts = await store.look_up_call(session, replay_key, call_id)
+        assert facts == (await store.find_replay(session, replay_key), await store.get_call(session, call_id))
+        return facts
     if name == "result":
         return await store.record_result(session, call_id, f"result {n} " * n, n == 3, at)
     return await store.session_counts(session)
