@@ -24,9 +24,9 @@ When the store is unavailable (any backend error: see `sidecar/state/guarded.py`
 `state.on_unavailable` applies: `fail_closed` (the default) refuses side-effecting calls
 (a lookup that failed is a DENY with the reason; a ledger write that failed withdraws the
 turn before anything reaches the agent) and lets read-only ones through; `fail_open` lets
-everything through, counted and logged once per minute. A write that fails after an earlier
-call of the same turn was recorded leaves that record in place: a later identical call is then
-answered as a replay whose result "has not arrived yet", never run twice.
+everything through, counted and logged once per minute. A turn's calls are written in one
+step (`record_calls`: one SQLite transaction, one Redis script), so a failed write records none
+of them; under `fail_closed` the turn is withdrawn when any of them has side effects.
 
 A legitimately repeated action passes in one of two ways: the tool is declared `repeatable`
 (`data.sidecar.tools.<name>.repeatable` or `tools.<name>.repeatable` in the config), or the
@@ -252,21 +252,24 @@ class ReplayFilter(Filter):
                 self.metrics.replay(tool, "allowed", path)  # its delivery adds to the count
 
     async def on_deliver(self, ex: Exchange, calls: list[ToolCall]) -> None:
-        """Insert, then deliver: a side-effecting call the ledger cannot record never goes out."""
+        """Insert, then deliver: a side-effecting call the ledger cannot record never goes out.
+        The turn's calls are recorded in one step (one round trip to Redis, one SQLite
+        transaction), so a failure records none of them."""
         session = ex.session
         now = self.store.limits.clock()
         again = ex.setdefault(_TURN, _Turn).redelivered
-        for call in calls:
-            if call.id in again:
-                continue  # already in the ledger (with its result, if it came)
-            if call.id in ex.earlier:
-                continue  # executes a call the model path recorded when it reached the agent: recorded once
-            record = CallRecord(session, call.id, call.name, call.args_hash, call_replay_key(session, call), now)
-            try:
-                await self.store.record_call(record)
-            except StateUnavailable as exc:
-                side_effects = self.traits.side_effects(call.name)
-                if not may_proceed_without_state(self.settings.state.on_unavailable, side_effects):
-                    raise  # fail closed: the chain withdraws the turn
-                if side_effects:
-                    self._note_fail_open(f"could not record {call.name} in the ledger: {exc}")
+        # A call handed out again is in the ledger already (with its result, if it came); an MCP
+        # execution of a call the model path delivered was recorded when it reached the agent.
+        new = [call for call in calls if call.id not in again and call.id not in ex.earlier]
+        if not new:
+            return
+        records = [CallRecord(session, c.id, c.name, c.args_hash, call_replay_key(session, c), now) for c in new]
+        try:
+            await self.store.record_calls(records)
+        except StateUnavailable as exc:
+            on_unavailable = self.settings.state.on_unavailable
+            side_effecting = [call.name for call in new if self.traits.side_effects(call.name)]
+            if side_effecting and not may_proceed_without_state(on_unavailable, True):
+                raise  # fail closed: the chain withdraws the turn
+            for name in side_effecting:
+                self._note_fail_open(f"could not record {name} in the ledger: {exc}")

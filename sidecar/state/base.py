@@ -9,8 +9,8 @@ Ledger semantics, identical in every backend:
 - A call is remembered from `record_call` until `delivered_at + ledger_ttl_s` (the replay
   window counts from the original delivery; touching an entry does not extend it).
 - Entries are bounded per session and in total. Writes (`record_call`, `note_replay`,
-  `record_result`) mark an entry as recently used; reads do not. Over a bound, the least
-  recently used entries go first.
+  `record_result`) mark an entry as recently used; reads do not. Over a bound, expired
+  entries go first (a late write may have touched them), then the least recently used.
 - The replay index points at the *first* delivery of a replay key; its `count` is the
   number of times that key was seen: each `record_call` with the key (delivered) and each
   `note_replay` (answered or refused without reaching the agent) adds one.
@@ -19,7 +19,7 @@ Ledger semantics, identical in every backend:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -78,6 +78,14 @@ class CallFacts(NamedTuple):
 
 
 NO_FACTS = CallFacts(None, None)
+
+
+def one_session(records: Sequence[CallRecord]) -> str:
+    """The session all of `records` belong to (`StateStore.record_calls` takes one turn's)."""
+    sessions = {rec.session for rec in records}
+    if len(sessions) != 1:
+        raise ValueError(f"record_calls takes the calls of one session, got {len(sessions)}")
+    return sessions.pop()
 
 
 @dataclass(slots=True)
@@ -235,6 +243,12 @@ class StateStore(Protocol):
     # Ledger
     async def record_call(self, rec: CallRecord) -> None:
         """A call reached the agent."""
+        ...
+
+    async def record_calls(self, records: Sequence[CallRecord]) -> None:
+        """Calls of one session (a model turn's) reached the agent: `record_call` for each, in
+        order, as one step: one round trip to Redis, one transaction in SQLite (all or none).
+        ValueError when they are not of one session."""
         ...
 
     async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from sidecar.state.base import (
@@ -88,6 +88,9 @@ class GuardedStore:
 
     async def record_call(self, rec: CallRecord) -> None:
         await self._call("record_call", True, self.backend.record_call(rec))
+
+    async def record_calls(self, records: Sequence[CallRecord]) -> None:
+        await self._call("record_calls", True, self.backend.record_calls(records))
 
     async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:
         return await self._call("find_replay", False, self.backend.find_replay(session, replay_key))

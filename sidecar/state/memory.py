@@ -28,7 +28,7 @@ import math
 import struct
 import sys
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from sidecar.state.base import (
@@ -44,6 +44,7 @@ from sidecar.state.base import (
     consumable,
     decided,
     matches,
+    one_session,
 )
 
 _SMALL = 8  # calls a session keeps in a list it scans; past this, it gets dicts
@@ -372,6 +373,16 @@ class MemoryStore:
         return s, self._live(s.calls.holder(_field(replay_key)) if s is not None else None)
 
     async def record_call(self, rec: CallRecord) -> None:
+        self._record_call(rec)
+
+    async def record_calls(self, records: Sequence[CallRecord]) -> None:
+        if not records:
+            return
+        one_session(records)
+        for rec in records:
+            self._record_call(rec)
+
+    def _record_call(self, rec: CallRecord) -> None:
         lim = self.limits
         now = lim.clock()
         while self._sessions:  # sessions idle past their TTL leave from the LRU end

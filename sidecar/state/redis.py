@@ -27,7 +27,7 @@ Redis Cluster. Connection errors and timeouts (0.5 s) become StateUnavailable.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -52,6 +52,7 @@ from sidecar.state.base import (
     check_decidable,
     decided,
     matches,
+    one_session,
 )
 
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ReadOnlyError, OSError, TimeoutError)
@@ -94,41 +95,46 @@ local function first_of(rk)
 end
 """
 
-# ARGV: P, S, call id, replay key, tool, expires ms, max/session, max total, field, value...
+# ARGV: P, S, max/session, max total, then per call (_RECORD_ITEMS each): call id, replay key,
+# tool, expires ms, and its hash's 7 field/value pairs. The calls of one session, recorded in
+# order as one atomic step (`record_calls`; `record_call` is one of them).
+_RECORD_ITEMS = 18
 _RECORD = (
     _PRELUDE
-    + """
-local cid, rk, tool, exp = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
-local max_s, max_t = tonumber(ARGV[7]), tonumber(ARGV[8])
-local ck = call_key(S, cid)
-if redis.call('EXISTS', ck) == 1 then forget(S, cid) end
-local first = first_of(rk)
-if first then
-  redis.call('HINCRBY', call_key(S, first), 'count', 1)
-  touch(S, first)
-else
-  redis.call('SET', P .. 'replay:' .. S .. ':' .. rk, cid, 'PXAT', exp)
-end
-redis.call('HSET', ck, unpack(ARGV, 9))
-redis.call('PEXPIREAT', ck, exp)
-touch(S, cid)
-redis.call('ZADD', P .. 'exp:' .. S, exp, cid)
-redis.call('ZADD', P .. 'exp', exp, S .. '/' .. cid)
-extend(P .. 'lru:' .. S, exp)
-extend(P .. 'exp:' .. S, exp)
-redis.call('HINCRBY', P .. 'counts:' .. S, tool, 1)
-extend(P .. 'counts:' .. S, exp)
-if redis.call('ZCARD', P .. 'lru:' .. S) > max_s then
-  for _, c in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp:' .. S, '-inf', now_ms())) do forget(S, c) end
-end
-while redis.call('ZCARD', P .. 'lru:' .. S) > max_s do
-  forget(S, redis.call('ZRANGE', P .. 'lru:' .. S, 0, 0)[1])
-end
-if redis.call('ZCARD', P .. 'lru') > max_t then
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now_ms())) do forget_member(m) end
-end
-while redis.call('ZCARD', P .. 'lru') > max_t do
-  forget_member(redis.call('ZRANGE', P .. 'lru', 0, 0)[1])
+    + f"""
+local max_s, max_t = tonumber(ARGV[3]), tonumber(ARGV[4])
+for at = 5, #ARGV, {_RECORD_ITEMS} do
+  local cid, rk, tool, exp = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
+  local ck = call_key(S, cid)
+  if redis.call('EXISTS', ck) == 1 then forget(S, cid) end
+  local first = first_of(rk)
+  if first then
+    redis.call('HINCRBY', call_key(S, first), 'count', 1)
+    touch(S, first)
+  else
+    redis.call('SET', P .. 'replay:' .. S .. ':' .. rk, cid, 'PXAT', exp)
+  end
+  redis.call('HSET', ck, unpack(ARGV, at + 4, at + {_RECORD_ITEMS} - 1))
+  redis.call('PEXPIREAT', ck, exp)
+  touch(S, cid)
+  redis.call('ZADD', P .. 'exp:' .. S, exp, cid)
+  redis.call('ZADD', P .. 'exp', exp, S .. '/' .. cid)
+  extend(P .. 'lru:' .. S, exp)
+  extend(P .. 'exp:' .. S, exp)
+  redis.call('HINCRBY', P .. 'counts:' .. S, tool, 1)
+  extend(P .. 'counts:' .. S, exp)
+  if redis.call('ZCARD', P .. 'lru:' .. S) > max_s then
+    for _, c in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp:' .. S, '-inf', now_ms())) do forget(S, c) end
+  end
+  while redis.call('ZCARD', P .. 'lru:' .. S) > max_s do
+    forget(S, redis.call('ZRANGE', P .. 'lru:' .. S, 0, 0)[1])
+  end
+  if redis.call('ZCARD', P .. 'lru') > max_t then
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now_ms())) do forget_member(m) end
+  end
+  while redis.call('ZCARD', P .. 'lru') > max_t do
+    forget_member(redis.call('ZRANGE', P .. 'lru', 0, 0)[1])
+  end
 end
 return 1
 """
@@ -305,38 +311,36 @@ class RedisStore:
         return rec if rec is not None and self.limits.alive(rec) else None
 
     async def record_call(self, rec: CallRecord) -> None:
+        await self.record_calls([rec])
+
+    async def record_calls(self, records: Sequence[CallRecord]) -> None:
+        if not records:
+            return
+        session = one_session(records)
         lim = self.limits
-        fields = [
-            "call_id",
-            rec.call_id,
-            "session",
-            rec.session,
-            "tool",
-            rec.tool,
-            "args_hash",
-            rec.args_hash,
-            "replay_key",
-            rec.replay_key,
-            "delivered_at",
-            repr(rec.delivered_at),
-            "count",
-            "1",
-        ]
-        await self._do(
-            self._record(
-                args=[
-                    self.prefix,
-                    _session_digest(rec.session),
-                    rec.call_id,
-                    rec.replay_key,
-                    rec.tool,
-                    _ms(lim.expires_at(rec)),
-                    lim.max_per_session,
-                    lim.max_total,
-                    *fields,
-                ]
-            )
-        )
+        args: list[str | int] = [self.prefix, _session_digest(session), lim.max_per_session, lim.max_total]
+        for rec in records:
+            args += [
+                rec.call_id,
+                rec.replay_key,
+                rec.tool,
+                _ms(lim.expires_at(rec)),
+                "call_id",
+                rec.call_id,
+                "session",
+                rec.session,
+                "tool",
+                rec.tool,
+                "args_hash",
+                rec.args_hash,
+                "replay_key",
+                rec.replay_key,
+                "delivered_at",
+                repr(rec.delivered_at),
+                "count",
+                "1",
+            ]
+        await self._do(self._record(args=args))
 
     async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:
         args = [self.prefix, _session_digest(session), replay_key]

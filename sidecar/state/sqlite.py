@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from functools import partial
@@ -30,6 +30,7 @@ from sidecar.state.base import (
     consumable,
     decided,
     matches,
+    one_session,
 )
 
 T = TypeVar("T")
@@ -152,73 +153,81 @@ class SQLiteStore:
     # -- ledger ------------------------------------------------------------------------------
 
     async def record_call(self, rec: CallRecord) -> None:
-        lim = self.limits
+        await self._run(lambda c: self._insert_call(c, rec))
+
+    async def record_calls(self, records: Sequence[CallRecord]) -> None:
+        if not records:
+            return
+        one_session(records)
 
         def op(c: sqlite3.Connection) -> None:
-            now = lim.clock()
-            if not self._pruned_at <= now < self._pruned_at + 1.0:
-                # at most once a second: reads filter expired rows anyway, this frees space
-                self._pruned_at = now
-                c.execute("DELETE FROM calls WHERE expires <= ?", (now,))
-                c.execute(
-                    "DELETE FROM tool_counts WHERE session IN (SELECT session FROM sessions WHERE expires <= ?)", (now,)
-                )
-                c.execute("DELETE FROM sessions WHERE expires <= ?", (now,))
-            lapsed = c.execute(
-                "SELECT 1 FROM sessions WHERE session = ? AND expires <= ?", (rec.session, now)
-            ).fetchone()
-            if lapsed:  # the session's window closed: its counts start again from zero
-                for table in ("calls", "tool_counts", "sessions"):
-                    c.execute(f"DELETE FROM {table} WHERE session = ?", (rec.session,))
-            c.execute("DELETE FROM calls WHERE session = ? AND call_id = ?", (rec.session, rec.call_id))
-            first = self._first(c, rec.session, rec.replay_key)
-            if first is not None:
-                c.execute(
-                    "UPDATE calls SET count = count + 1, seq = ? WHERE session = ? AND call_id = ?",
-                    (self._next_seq(c), first.session, first.call_id),
-                )
-            c.execute(
-                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL, 0, 1, ?, ?, ?)",
-                (
-                    rec.session,
-                    rec.call_id,
-                    rec.tool,
-                    rec.args_hash,
-                    rec.replay_key,
-                    rec.delivered_at,
-                    int(first is None),
-                    lim.expires_at(rec),
-                    self._next_seq(c),
-                ),
-            )
-            c.execute(
-                "INSERT INTO tool_counts VALUES (?, ?, 1) ON CONFLICT (session, tool) DO UPDATE SET n = n + 1",
-                (rec.session, rec.tool),
-            )
-            # Over a bound, expired calls leave first (they may be more recently used than live
-            # ones: a late result touches them), then the least recently used live ones.
-            (live,) = c.execute("SELECT live FROM sessions WHERE session = ?", (rec.session,)).fetchone()
-            if live > lim.max_per_session:
-                c.execute("DELETE FROM calls WHERE session = ? AND expires <= ?", (rec.session, now))
-                (live,) = c.execute("SELECT live FROM sessions WHERE session = ?", (rec.session,)).fetchone()
-            if live > lim.max_per_session:
-                c.execute(
-                    "DELETE FROM calls WHERE session = ? AND call_id IN (SELECT call_id "
-                    "FROM calls WHERE session = ? ORDER BY seq LIMIT ?)",
-                    (rec.session, rec.session, live - lim.max_per_session),
-                )
-            (total,) = c.execute("SELECT v FROM meta WHERE k = 'live'").fetchone()
-            if total > lim.max_total:
-                c.execute("DELETE FROM calls WHERE expires <= ?", (now,))
-                (total,) = c.execute("SELECT v FROM meta WHERE k = 'live'").fetchone()
-            if total > lim.max_total:
-                c.execute(
-                    "DELETE FROM calls WHERE (session, call_id) IN (SELECT session, call_id "
-                    "FROM calls ORDER BY seq LIMIT ?)",
-                    (total - lim.max_total,),
-                )
+            for rec in records:
+                self._insert_call(c, rec)
 
-        await self._run(op)
+        await self._run(op)  # one transaction: all of them, or none
+
+    def _insert_call(self, c: sqlite3.Connection, rec: CallRecord) -> None:
+        lim = self.limits
+        now = lim.clock()
+        if not self._pruned_at <= now < self._pruned_at + 1.0:
+            # at most once a second: reads filter expired rows anyway, this frees space
+            self._pruned_at = now
+            c.execute("DELETE FROM calls WHERE expires <= ?", (now,))
+            c.execute(
+                "DELETE FROM tool_counts WHERE session IN (SELECT session FROM sessions WHERE expires <= ?)", (now,)
+            )
+            c.execute("DELETE FROM sessions WHERE expires <= ?", (now,))
+        lapsed = c.execute("SELECT 1 FROM sessions WHERE session = ? AND expires <= ?", (rec.session, now)).fetchone()
+        if lapsed:  # the session's window closed: its counts start again from zero
+            for table in ("calls", "tool_counts", "sessions"):
+                c.execute(f"DELETE FROM {table} WHERE session = ?", (rec.session,))
+        c.execute("DELETE FROM calls WHERE session = ? AND call_id = ?", (rec.session, rec.call_id))
+        first = self._first(c, rec.session, rec.replay_key)
+        if first is not None:
+            c.execute(
+                "UPDATE calls SET count = count + 1, seq = ? WHERE session = ? AND call_id = ?",
+                (self._next_seq(c), first.session, first.call_id),
+            )
+        c.execute(
+            "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL, 0, 1, ?, ?, ?)",
+            (
+                rec.session,
+                rec.call_id,
+                rec.tool,
+                rec.args_hash,
+                rec.replay_key,
+                rec.delivered_at,
+                int(first is None),
+                lim.expires_at(rec),
+                self._next_seq(c),
+            ),
+        )
+        c.execute(
+            "INSERT INTO tool_counts VALUES (?, ?, 1) ON CONFLICT (session, tool) DO UPDATE SET n = n + 1",
+            (rec.session, rec.tool),
+        )
+        # Over a bound, expired calls leave first (they may be more recently used than live
+        # ones: a late result touches them), then the least recently used live ones.
+        (live,) = c.execute("SELECT live FROM sessions WHERE session = ?", (rec.session,)).fetchone()
+        if live > lim.max_per_session:
+            c.execute("DELETE FROM calls WHERE session = ? AND expires <= ?", (rec.session, now))
+            (live,) = c.execute("SELECT live FROM sessions WHERE session = ?", (rec.session,)).fetchone()
+        if live > lim.max_per_session:
+            c.execute(
+                "DELETE FROM calls WHERE session = ? AND call_id IN (SELECT call_id "
+                "FROM calls WHERE session = ? ORDER BY seq LIMIT ?)",
+                (rec.session, rec.session, live - lim.max_per_session),
+            )
+        (total,) = c.execute("SELECT v FROM meta WHERE k = 'live'").fetchone()
+        if total > lim.max_total:
+            c.execute("DELETE FROM calls WHERE expires <= ?", (now,))
+            (total,) = c.execute("SELECT v FROM meta WHERE k = 'live'").fetchone()
+        if total > lim.max_total:
+            c.execute(
+                "DELETE FROM calls WHERE (session, call_id) IN (SELECT session, call_id "
+                "FROM calls ORDER BY seq LIMIT ?)",
+                (total - lim.max_total,),
+            )
 
     async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:
         return await self._run(lambda c: self._first(c, session, replay_key), write=False)

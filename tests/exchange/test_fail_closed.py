@@ -56,10 +56,10 @@ async def _assert_withdrawn(sidecar: Any, model: Any, backend: str) -> None:
 async def test_memory_ledger_that_raises_on_write(start_sidecar, model, monkeypatch) -> None:
     sidecar = await start_sidecar(tools=TRAITS)
 
-    async def fails(self: MemoryStore, rec: Any) -> None:
+    def fails(self: MemoryStore, rec: Any) -> None:
         raise MemoryError("injected: cannot allocate")
 
-    monkeypatch.setattr(MemoryStore, "record_call", fails)
+    monkeypatch.setattr(MemoryStore, "_record_call", fails)
     await _assert_withdrawn(sidecar, model, "memory")
     monkeypatch.undo()
     # Once writes succeed again the write path recovers and calls are delivered.

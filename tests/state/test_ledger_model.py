@@ -41,7 +41,7 @@ Op = tuple[str, str, int, str]
 def draw(rng: random.Random) -> Op:
     """One operation: its name, session, argument set (few: replays are common) and call id."""
     op = rng.choice(
-        ["record", "record", "record", "record", "find", "note", "get", "look_up", "result", "counts", "tick"]
+        ["record", "record", "record", "record", "turn", "find", "note", "get", "look_up", "result", "counts", "tick"]
     )
     return op, f"s{rng.randrange(3)}", rng.randrange(6), f"toolu_{rng.randrange(40):02d}"
 
@@ -53,6 +53,16 @@ async def apply(store: StateStore, at: float, op: Op) -> object:
     if name == "record":
         args_hash = "" if n == 5 else sha256_hex(str(n).encode())
         await store.record_call(CallRecord(session, call_id, TOOLS[n % 3], args_hash, replay_key, at))
+        return None
+    if name == "turn":  # a model turn of two calls, recorded in one step
+        args_hash = sha256_hex(str(n).encode())
+        other = key(session, (n + 1) % 6)
+        await store.record_calls(
+            [
+                CallRecord(session, call_id, TOOLS[n % 3], args_hash, replay_key, at),
+                CallRecord(session, call_id + "b", TOOLS[(n + 1) % 3], args_hash, other, at),
+            ]
+        )
         return None
     if name == "find":
         return await store.find_replay(session, replay_key)

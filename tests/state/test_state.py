@@ -173,6 +173,35 @@ async def test_look_up_call_answers_find_replay_and_get_call_at_once(make_store:
     assert await both(first.replay_key, "c1") == (None, None)
 
 
+async def test_record_calls_is_record_call_for_each_in_order(make_store: MakeStore) -> None:
+    """One turn's calls in one step: the same ledger as recording them one by one (a replay
+    within the batch counted on the first, the per-session bound applied after each)."""
+    store = await make_store(max_per_session=3)
+    turn = [call("c1"), call("c2"), call("c3", {"amount": 11}), call("c4", {"amount": 12})]  # c2 replays c1
+    await store.record_calls(turn)
+    for rec in turn:
+        await store.record_call(
+            replace(rec, session="s2", call_id=f"s2-{rec.call_id}", replay_key=f"s2-{rec.replay_key}")
+        )
+
+    async def ledger(session: str, prefix: str) -> list[object]:
+        seen: list[object] = []
+        for rec in turn:
+            got = await store.get_call(session, prefix + rec.call_id)
+            first = await store.find_replay(session, prefix + rec.replay_key)
+            seen.append((got and got.count, first and (first.call_id.removeprefix(prefix), first.count)))
+        return seen
+
+    batched = await ledger("s1", "")
+    assert batched == await ledger("s2", "s2-")
+    assert sum(1 for got, _ in batched if got is not None) == 3  # the bound applied: c1 evicted
+    assert batched[0] == (None, None) and batched[1] == (1, None)  # c2 never held the replay key
+    assert await store.session_counts("s1") == await store.session_counts("s2") == (4, {"transfer": 4})
+    await store.record_calls([])  # nothing to record
+    with pytest.raises(ValueError, match="one session"):
+        await store.record_calls([call("x1"), call("x2", session="s3")])
+
+
 async def test_a_full_session_drops_expired_calls_before_live_ones(make_store: MakeStore) -> None:
     """An expired call touched after the live ones (its result came late) is no reason to
     evict a live call: the live call's replay would go unseen."""
