@@ -1,4 +1,4 @@
-"""State backend cost: µs per record_call / find_replay, and memory per remembered call.
+"""State backend cost: µs per ledger operation, and memory per remembered call.
 
     .venv/bin/python bench/bench_state.py [--calls 100000] [--io-calls 5000]
 
@@ -54,17 +54,46 @@ async def memory_per_call(n: int) -> float:
     return (after - before) / n
 
 
-async def timings(store: StateStore, n: int) -> tuple[float, float]:
+async def timings(store: StateStore, n: int) -> tuple[float, ...]:
+    """µs per record_call, find_replay; per 2-call turn recorded call by call and in one
+    record_calls; per call looked up by find_replay + get_call and by one look_up_call (what
+    the replay guard asks about each call)."""
     recs = records(n)
-    t0 = time.perf_counter()
-    for rec in recs:
+    half = n // 2
+    clock = time.perf_counter
+    t0 = clock()
+    for rec in recs[:half]:
         await store.record_call(rec)
-    t1 = time.perf_counter()
-    for rec in recs:
+    t1 = clock()
+    for rec in recs[:half]:
         assert await store.find_replay(rec.session, rec.replay_key) is not None
-    t2 = time.perf_counter()
+    t2 = clock()
+    turns = [recs[i : i + 2] for i in range(half, n - 1, 2)]
+    for turn in turns[: len(turns) // 2]:
+        for rec in turn:
+            await store.record_call(rec)
+    t3 = clock()
+    for turn in turns[len(turns) // 2 :]:
+        await store.record_calls(turn)
+    t4 = clock()
+    for rec in recs[:half]:
+        assert await store.find_replay(rec.session, rec.replay_key) is not None
+        assert await store.get_call(rec.session, rec.call_id) is not None
+    t5 = clock()
+    for rec in recs[:half]:
+        facts = await store.look_up_call(rec.session, rec.replay_key, rec.call_id)
+        assert facts.first is not None and facts.same_id is not None
+    t6 = clock()
     await store.close()
-    return (t1 - t0) / n * 1e6, (t2 - t1) / n * 1e6
+    per_turn = len(turns) // 2
+    return (
+        (t1 - t0) / half * 1e6,
+        (t2 - t1) / half * 1e6,
+        (t3 - t2) / per_turn * 1e6,
+        (t4 - t3) / (len(turns) - per_turn) * 1e6,
+        (t5 - t4) / half * 1e6,
+        (t6 - t5) / half * 1e6,
+    )
 
 
 async def evicting(n: int) -> float:
@@ -99,9 +128,10 @@ async def main() -> None:
     with run_redis_server() as url:
         rows.append(("redis", opts.io_calls, await timings(RedisStore(url), opts.io_calls)))
 
-    print(f"{'backend':8} {'calls':>8} {'record_call µs':>15} {'find_replay µs':>15}")
-    for name, n, (record_us, find_us) in rows:
-        print(f"{name:8} {n:>8,} {record_us:>15.1f} {find_us:>15.1f}")
+    heads = ("record_call", "find_replay", "turn: 2 calls", "record_calls", "find+get", "look_up_call")
+    print(f"{'backend':8} {'calls':>8} " + " ".join(f"{h:>13}" for h in heads) + "  (µs)")
+    for name, n, columns in rows:
+        print(f"{name:8} {n:>8,} " + " ".join(f"{c:>13.1f}" for c in columns))
     print(f"memory, evicting on every write: {await evicting(opts.calls * 2):.1f} µs per record_call")
 
 
