@@ -123,14 +123,22 @@ for at = 5, #ARGV, {_RECORD_ITEMS} do
   extend(P .. 'exp:' .. S, exp)
   redis.call('HINCRBY', P .. 'counts:' .. S, tool, 1)
   extend(P .. 'counts:' .. S, exp)
-  if redis.call('ZCARD', P .. 'lru:' .. S) > max_s then
-    for _, c in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp:' .. S, '-inf', now_ms())) do forget(S, c) end
+  -- Over a bound, expired calls leave first: at most as many as the bound is over, so one
+  -- write never sweeps a backlog (after a quiet night, say) in one go.
+  local over = redis.call('ZCARD', P .. 'lru:' .. S) - max_s
+  if over > 0 then
+    for _, c in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp:' .. S, '-inf', now_ms(), 'LIMIT', 0, over)) do
+      forget(S, c)
+    end
   end
   while redis.call('ZCARD', P .. 'lru:' .. S) > max_s do
     forget(S, redis.call('ZRANGE', P .. 'lru:' .. S, 0, 0)[1])
   end
-  if redis.call('ZCARD', P .. 'lru') > max_t then
-    for _, m in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now_ms())) do forget_member(m) end
+  over = redis.call('ZCARD', P .. 'lru') - max_t
+  if over > 0 then
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now_ms(), 'LIMIT', 0, over)) do
+      forget_member(m)
+    end
   end
   while redis.call('ZCARD', P .. 'lru') > max_t do
     forget_member(redis.call('ZRANGE', P .. 'lru', 0, 0)[1])

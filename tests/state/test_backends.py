@@ -95,6 +95,31 @@ def test_redis_keys_are_namespaced(redis_url: str) -> None:
         assert client.pttl(next(k for k in keys if k.startswith("sidecar:call:"))) > 0
 
 
+async def test_redis_drops_expired_calls_a_few_at_a_time(redis_url: str) -> None:
+    """Over the total bound, expired calls leave before live ones (even when used more
+    recently), but one write removes no more than the bound is over: a backlog of expired
+    calls is never swept in one script."""
+    import redis
+
+    prefix = "sidecar:sweep:"
+    store = RedisStore(redis_url, Limits(ttl_s=60.0, max_total=4), prefix=prefix)
+    with redis.Redis.from_url(redis_url, decode_responses=True) as client:
+        for key in client.keys(prefix + "*"):
+            client.delete(key)
+        first = call("first", {"n": 0}, session="live")
+        await store.record_call(first)  # the least recently used from here on
+        for i in range(3):  # expire 0.3 s from now, used after `first`
+            await store.record_call(call(f"old{i}", {"i": i}, session=f"s{i}", at=time.time() - 59.7))
+            assert await store.record_result(f"s{i}", f"old{i}", "late", False, time.time())
+        await asyncio.sleep(0.4)
+        for n in (1, 2):
+            await store.record_call(call(f"new{n}", {"n": n}, session="live"))
+            assert client.zcard(prefix + "lru") == 4 and client.zcard(prefix + "exp") == 4  # one left per write
+        for kept in ("first", "new1", "new2"):
+            assert await store.get_call("live", kept) is not None, kept
+    await store.close()
+
+
 async def test_two_redis_stores_in_two_processes_share_state(redis_url: str) -> None:
     here = RedisStore(redis_url, prefix="sidecar:procs:")
     script = (
