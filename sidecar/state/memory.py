@@ -423,7 +423,9 @@ class MemoryStore:
         expired call is forgotten already (no lookup finds it), and evicting a live call in its
         place would forget that one early, a replay let through (SQLite and Redis drop expired
         calls first too). A session's calls can be touched after they expire (a result, a
-        replay), so expired ones are not only at its least recently used end."""
+        replay), so expired ones are not only at its least recently used end. The scan runs
+        only once a call may have expired (`first_expiry`), and leaves `first_expiry` at the
+        earliest live call's: about once per call that expires in a full session."""
         lim = self.limits
         for entry in [e for e in s.calls if not lim.alive(e, now)]:
             self._evict(s, entry)
