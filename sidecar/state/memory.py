@@ -2,7 +2,8 @@
 
 Memory is bounded: each session keeps its calls in LRU order, and sessions themselves are kept
 in LRU order, so the total bound evicts the oldest entry of the least recently active session
-(an approximation of global LRU that costs no extra per-entry structure).
+(an approximation of global LRU that costs no extra per-entry structure). Over either bound, a
+session's expired calls leave before its live ones.
 
 The ledger is the one structure here that grows with traffic (up to `max_entries_total`
 calls), so it is kept compact:
@@ -413,7 +414,9 @@ class MemoryStore:
             self._evict(s, s.oldest())
         while self._total > lim.max_total:
             oldest_name, oldest = next(iter(self._sessions.items()))
-            if len(oldest):
+            if len(oldest) and now >= oldest.first_expiry:
+                self._drop_expired(oldest, now)  # its expired calls first (then first_expiry > now)
+            elif len(oldest):
                 self._evict(oldest, oldest.oldest())
             if not len(oldest) and oldest is not s:
                 self._drop_session(oldest_name)

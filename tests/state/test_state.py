@@ -218,6 +218,19 @@ async def test_a_full_session_drops_expired_calls_before_live_ones(make_store: M
     assert await store.get_call("s1", "old") is None
 
 
+async def test_a_full_ledger_drops_expired_calls_before_live_ones(make_store: MakeStore) -> None:
+    """The total bound too: an expired call used after a live one leaves first."""
+    store = await make_store(ttl_s=0.5, max_total=3)
+    await store.record_call(call("a1", {"i": 1}, session="a"))
+    await store.record_call(call("a-old", {"i": 0}, session="a", at=time.time() - 0.2))  # expires in 0.3 s
+    assert await store.record_result("a", "a-old", "late", False, time.time())  # used after a1
+    await store.record_call(call("b1", {"i": 1}, session="b"))
+    await asyncio.sleep(0.4)
+    await store.record_call(call("b2", {"i": 2}, session="b"))  # one over the bound
+    for session, live in (("a", "a1"), ("b", "b1"), ("b", "b2")):
+        assert await store.get_call(session, live) is not None, live
+
+
 async def test_lru_per_session(make_store: MakeStore) -> None:
     store = await make_store(max_per_session=3)
     for i in range(3):
