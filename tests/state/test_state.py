@@ -150,7 +150,7 @@ async def test_ttl_expiry(make_store: MakeStore) -> None:
 async def test_look_up_call_answers_find_replay_and_get_call_at_once(make_store: MakeStore) -> None:
     """The replay guard's one lookup per call: the replay key's first delivery and the call
     id's own, each as the two separate questions answer it."""
-    store = await make_store(ttl_s=0.3)
+    store = await make_store(ttl_s=1.0)
 
     async def both(replay_key: str, call_id: str, session: str = "s1") -> tuple[object, object]:
         facts = await store.look_up_call(session, replay_key, call_id)
@@ -169,7 +169,7 @@ async def test_look_up_call_answers_find_replay_and_get_call_at_once(make_store:
     facts = await store.look_up_call("s1", first.replay_key, "c1")
     assert facts.first is not None and facts.first.result == "done"
     assert facts.same_id is not None and facts.same_id.result == "done"
-    await asyncio.sleep(0.4)  # past the TTL: neither is live
+    await asyncio.sleep(1.1)  # past the TTL: neither is live
     assert await both(first.replay_key, "c1") == (None, None)
 
 
@@ -205,12 +205,12 @@ async def test_record_calls_is_record_call_for_each_in_order(make_store: MakeSto
 async def test_a_full_session_drops_expired_calls_before_live_ones(make_store: MakeStore) -> None:
     """An expired call touched after the live ones (its result came late) is no reason to
     evict a live call: the live call's replay would go unseen."""
-    store = await make_store(ttl_s=0.5, max_per_session=3)
-    await store.record_call(call("old", {"i": 0}, at=time.time() - 0.4))  # expires in 0.1 s
+    store = await make_store(ttl_s=1.0, max_per_session=3)
+    await store.record_call(call("old", {"i": 0}, at=time.time() - 0.7))  # expires in 0.3 s
     for i in (1, 2):
         await store.record_call(call(f"c{i}", {"i": i}))
     assert await store.record_result("s1", "old", "late", False, time.time())  # the most recently used now
-    await asyncio.sleep(0.2)  # "old" has expired; c1 and c2 live on
+    await asyncio.sleep(0.4)  # "old" has expired; c1 and c2 live on
     await store.record_call(call("c3", {"i": 3}))  # one over the bound
     for live in ("c1", "c2", "c3"):
         assert await store.get_call("s1", live) is not None, live
