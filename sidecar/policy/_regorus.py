@@ -5,7 +5,11 @@ Quirks handled here:
 - evaluating a rule that no policy defines raises "not a valid rule path" instead of
   returning undefined: `Rule.evaluate` maps that to `UNDEFINED`;
 - engines are bound to the thread that created them (another thread gets a PanicException,
-  a BaseException): callers must create and use them on one thread (the event loop's);
+  a BaseException): callers must create and use them on one thread (the event loop's). Not
+  even dropping one elsewhere is allowed ("unsendable, but is being dropped on another
+  thread": a warning, and the engine leaks), and the cyclic collector drops an engine caught
+  in a reference cycle on whichever thread it happens to run: `Engine.__del__` hands such an
+  engine back to its own thread, which drops it the next time it makes one;
 - partial-set results come back as Python sets: `to_plain` turns them into sorted lists, the
   way OPA serialises sets.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from typing import Any, Final
 
 # regorus errors carry a Rust backtrace; capturing it costs ~0.4 s per error, which would
@@ -24,6 +29,18 @@ import orjson
 import regorus
 
 UNDEFINED: Final = object()
+
+# Raw engines whose wrapper was collected on another thread than theirs, by that thread's id:
+# kept alive here until their own thread drops them (`_drop_orphans`). Plain dict and list
+# operations only (atomic under the GIL): a finalizer must never wait for a lock.
+_ORPHANS: dict[int, list[Any]] = {}
+
+
+def _drop_orphans() -> None:
+    """Drop, on this thread, the engines of this thread that were collected elsewhere."""
+    if _ORPHANS:
+        _ORPHANS.pop(threading.get_ident(), None)
+
 
 _LOCATION = re.compile(r"-->\s*(?P<file>.+?):(?P<line>\d+):(?P<col>\d+)")
 _ERROR = re.compile(r"^error:\s*(?P<msg>.*)$", re.MULTILINE)
@@ -92,7 +109,18 @@ class Engine:
     """One regorus engine. Not thread-safe and bound to its creating thread."""
 
     def __init__(self, raw: Any | None = None) -> None:
+        _drop_orphans()
         self._raw: Any = raw if raw is not None else regorus.Engine()
+        self._thread = threading.get_ident()
+
+    def __del__(self, _ident: Any = threading.get_ident, _orphans: dict[int, list[Any]] = _ORPHANS) -> None:
+        # Collected on another thread (a cycle the collector broke there): keep the raw engine
+        # alive for its own thread to drop, instead of dropping it here. (Defaults, not
+        # globals: a finalizer may run while the interpreter shuts down.)
+        raw = self.__dict__.get("_raw")
+        thread = self.__dict__.get("_thread")
+        if raw is not None and thread is not None and thread != _ident():
+            _orphans.setdefault(thread, []).append(raw)
 
     def add_policy(self, path: str, text: str) -> str:
         try:

@@ -93,7 +93,7 @@ async def test_no_secret_reaches_any_output(start_sidecar, model, otlp, tmp_path
         logging.getLogger("sidecar").removeHandler(handler)
     # The paths were really taken: there is something to grep in each.
     assert "[REDACTED]" in outputs["rejection log"] and outputs["rejection log"].count('"tool":"login"') == 2
-    assert '"last_error":"redis find_' in outputs["/readyz"]
+    assert '"last_error":"redis look_up_call: ' in outputs["/readyz"]  # the replay guard's lookup failed
     assert "repair round" in outputs["logs"] and "[REDACTED]" in outputs["logs"]
     assert "gen_ai.tool.call.arguments" in outputs["traces"]
     leaks = {name: [s for s in SECRETS if s in text] for name, text in outputs.items()}
