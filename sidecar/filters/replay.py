@@ -25,8 +25,8 @@ When the store is unavailable (any backend error: see `sidecar/state/guarded.py`
 (a lookup that failed is a DENY with the reason; a ledger write that failed withdraws the
 turn before anything reaches the agent) and lets read-only ones through; `fail_open` lets
 everything through, counted and logged once per minute. A turn's calls are written in one
-step (`record_calls`: one SQLite transaction, one Redis script), so a failed write records none
-of them; under `fail_closed` the turn is withdrawn when any of them has side effects.
+step (`record_calls`: one SQLite transaction, one Redis script), so there a failed write records
+none of them; under `fail_closed` the turn is withdrawn when any of them has side effects.
 
 A legitimately repeated action passes in one of two ways: the tool is declared `repeatable`
 (`data.sidecar.tools.<name>.repeatable` or `tools.<name>.repeatable` in the config), or the
@@ -254,7 +254,7 @@ class ReplayFilter(Filter):
     async def on_deliver(self, ex: Exchange, calls: list[ToolCall]) -> None:
         """Insert, then deliver: a side-effecting call the ledger cannot record never goes out.
         The turn's calls are recorded in one step (one round trip to Redis, one SQLite
-        transaction), so a failure records none of them."""
+        transaction, all or none)."""
         session = ex.session
         now = self.store.limits.clock()
         again = ex.setdefault(_TURN, _Turn).redelivered
