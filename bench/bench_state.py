@@ -57,7 +57,8 @@ async def memory_per_call(n: int) -> float:
 async def timings(store: StateStore, n: int) -> tuple[float, ...]:
     """µs per record_call, find_replay; per 2-call turn recorded call by call and in one
     record_calls; per call looked up by find_replay + get_call and by one look_up_call (what
-    the replay guard asks about each call)."""
+    the replay guard asks about each call); per 2 results' calls read by get_call each and by
+    one get_calls (what the result matcher asks for a request's results)."""
     recs = records(n)
     half = n // 2
     clock = time.perf_counter
@@ -84,6 +85,14 @@ async def timings(store: StateStore, n: int) -> tuple[float, ...]:
         facts = await store.look_up_call(rec.session, rec.replay_key, rec.call_id)
         assert facts.first is not None and facts.same_id is not None
     t6 = clock()
+    pairs = [recs[i : i + 2] for i in range(0, half - 1, 2)]
+    for pair in pairs:
+        for rec in pair:
+            assert await store.get_call(rec.session, rec.call_id) is not None
+    t7 = clock()
+    for pair in pairs:
+        assert len(await store.get_calls(pair[0].session, [rec.call_id for rec in pair])) == len(pair)
+    t8 = clock()
     await store.close()
     per_turn = len(turns) // 2
     return (
@@ -93,6 +102,8 @@ async def timings(store: StateStore, n: int) -> tuple[float, ...]:
         (t4 - t3) / (len(turns) - per_turn) * 1e6,
         (t5 - t4) / half * 1e6,
         (t6 - t5) / half * 1e6,
+        (t7 - t6) / len(pairs) * 1e6,
+        (t8 - t7) / len(pairs) * 1e6,
     )
 
 
@@ -129,6 +140,7 @@ async def main() -> None:
         rows.append(("redis", opts.io_calls, await timings(RedisStore(url), opts.io_calls)))
 
     heads = ("record_call", "find_replay", "turn: 2 calls", "record_calls", "find+get", "look_up_call")
+    heads += ("2 get_call", "get_calls")
     print(f"{'backend':8} {'calls':>8} " + " ".join(f"{h:>13}" for h in heads) + "  (µs)")
     for name, n, columns in rows:
         print(f"{name:8} {n:>8,} " + " ".join(f"{c:>13.1f}" for c in columns))

@@ -32,7 +32,7 @@ from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import Exchange, ExchangeKey, ToolResultRecord
 from sidecar.filters.replay import CALL_ID_REUSED
 from sidecar.model import ToolResult
-from sidecar.state import StateStore, StateUnavailable
+from sidecar.state import CallRecord, StateStore, StateUnavailable
 
 log = logging.getLogger("sidecar.results")
 
@@ -123,13 +123,17 @@ class ResultMatcher(Filter):
         # proves nothing. (A thread continuation's previous calls are restored as echoed calls.)
         held = view.previous_response_id or view.conversation
         history_complete = not (held and exchange.dialect.server_side_state)
+        calls: dict[str, CallRecord] = {}
+        with contextlib.suppress(StateUnavailable):  # counted by the store; matched by history alone
+            # One read for every result (one round trip to Redis, one SQLite thread hop).
+            calls = await self.store.get_calls(exchange.session, list(dict.fromkeys(r.call_id for r in view.results)))
         records: list[ToolResultRecord] = []
         seen: set[str] = set()
         for result in view.results:
-            records.append(await self._match(exchange, result, echoed, history_complete, seen, arrived))
+            records.append(self._match(exchange, result, echoed, history_complete, seen, arrived, calls))
         exchange.results = records
 
-    async def _match(
+    def _match(
         self,
         exchange: Exchange,
         result: ToolResult,
@@ -137,6 +141,7 @@ class ResultMatcher(Filter):
         history_complete: bool,
         seen: set[str],
         arrived: float,
+        calls: dict[str, CallRecord],
     ) -> ToolResultRecord:
         anomalies: list[str] = list(result.anomalies)
         duplicate = result.call_id in seen
@@ -148,10 +153,7 @@ class ResultMatcher(Filter):
             anomalies.append(UNKNOWN_CALL)
         text = result_text(result.content)
         outcome = outcome_of(result, text)
-        call = None
-        if not duplicate:
-            with contextlib.suppress(StateUnavailable):  # counted by the store; matched by history alone
-                call = await self.store.get_call(exchange.session, result.call_id)
+        call = None if duplicate else calls.get(result.call_id)
         tool = call.tool if call is not None else called_as or result.tool_name
         expected = called_as or (call.tool if call is not None else None)
         if result.tool_name and expected and result.tool_name != expected:

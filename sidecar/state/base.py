@@ -267,6 +267,11 @@ class StateStore(Protocol):
         """`find_replay` and `get_call` of one call, answered together."""
         ...
 
+    async def get_calls(self, session: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:
+        """`get_call` for each id, answered together (one round trip, one thread hop): the live
+        calls found, by id. The calls a request's results answer."""
+        ...
+
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         """Remember a call's result; False if the call is unknown or already has one."""
         ...

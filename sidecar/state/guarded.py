@@ -101,6 +101,9 @@ class GuardedStore:
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
         return await self._call("get_call", False, self.backend.get_call(session, call_id))
 
+    async def get_calls(self, session: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:
+        return await self._call("get_calls", False, self.backend.get_calls(session, call_ids))
+
     async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
         return await self._call("look_up_call", False, self.backend.look_up_call(session, replay_key, call_id))
 

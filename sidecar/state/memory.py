@@ -450,6 +450,14 @@ class MemoryStore:
         _, entry = self._call(session, call_id)
         return entry.to_record(session) if entry is not None else None
 
+    async def get_calls(self, session: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:
+        found: dict[str, CallRecord] = {}
+        for call_id in call_ids:
+            _, entry = self._call(session, call_id)
+            if entry is not None:
+                found[call_id] = entry.to_record(session)
+        return found
+
     async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
         s = self._session(session)
         if s is None:

@@ -365,6 +365,21 @@ class RedisStore:
         h = await self._hash(self._k("call", _session_digest(session), call_id))
         return self._alive(_record(session, call_id, h)) if h else None
 
+    async def get_calls(self, session: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:
+        if not call_ids:
+            return {}
+        digest = _session_digest(session)
+        with self._guard():
+            pipe = self._r.pipeline(transaction=False)  # plain reads: one round trip, no script
+            for call_id in call_ids:
+                pipe.hgetall(self._k("call", digest, call_id))
+            hashes: list[dict[str, str]] = await pipe.execute()
+        found = (
+            self._alive(_record(session, call_id, h)) if h else None
+            for call_id, h in zip(call_ids, hashes, strict=True)
+        )
+        return {rec.call_id: rec for rec in found if rec is not None}
+
     async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
         args = [self.prefix, _session_digest(session), replay_key, call_id]
         first, same = await self._do(self._look_up(args=args))

@@ -248,6 +248,13 @@ class SQLiteStore:
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
         return await self._run(lambda c: self._get(c, session, call_id), write=False)
 
+    async def get_calls(self, session: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:
+        def op(c: sqlite3.Connection) -> dict[str, CallRecord]:
+            found = {call_id: self._get(c, session, call_id) for call_id in call_ids}
+            return {call_id: rec for call_id, rec in found.items() if rec is not None}
+
+        return await self._run(op, write=False)
+
     async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
         def op(c: sqlite3.Connection) -> CallFacts:
             return CallFacts(self._first(c, session, replay_key), self._get(c, session, call_id))

@@ -41,7 +41,21 @@ Op = tuple[str, str, int, str]
 def draw(rng: random.Random) -> Op:
     """One operation: its name, session, argument set (few: replays are common) and call id."""
     op = rng.choice(
-        ["record", "record", "record", "record", "turn", "find", "note", "get", "look_up", "result", "counts", "tick"]
+        [
+            "record",
+            "record",
+            "record",
+            "record",
+            "turn",
+            "find",
+            "note",
+            "get",
+            "gets",
+            "look_up",
+            "result",
+            "counts",
+            "tick",
+        ]
     )
     return op, f"s{rng.randrange(3)}", rng.randrange(6), f"toolu_{rng.randrange(40):02d}"
 
@@ -70,6 +84,11 @@ async def apply(store: StateStore, at: float, op: Op) -> object:
         return await store.note_replay(session, replay_key)
     if name == "get":
         return await store.get_call(session, call_id)
+    if name == "gets":  # a request's results: several calls read at once
+        ids = [call_id, f"toolu_{(n * 7) % 40:02d}", call_id + "b"]
+        found = await store.get_calls(session, ids)
+        assert found == {i: rec for i in ids if (rec := await store.get_call(session, i)) is not None}
+        return found
     if name == "look_up":  # the two questions above, answered at once
         facts = await store.look_up_call(session, replay_key, call_id)
         assert facts == (await store.find_replay(session, replay_key), await store.get_call(session, call_id))

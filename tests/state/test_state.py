@@ -173,6 +173,24 @@ async def test_look_up_call_answers_find_replay_and_get_call_at_once(make_store:
     assert await both(first.replay_key, "c1") == (None, None)
 
 
+async def test_get_calls_answers_get_call_for_each(make_store: MakeStore) -> None:
+    """The calls a request's results answer, in one read: the live ones found, by id."""
+    store = await make_store(ttl_s=1.0)
+    await store.record_call(call("old", {"i": 0}, at=time.time() - 2))  # expired
+    await store.record_call(call("c1", {"i": 1}))
+    await store.record_call(call("c2", {"i": 2}))
+    await store.record_call(call("c3", {"i": 3}, session="s2"))
+    assert await store.record_result("s1", "c2", "done", False, time.time())
+    ids = ["c1", "c2", "c3", "old", "never", "c1"]  # another session's, expired, unknown, repeated
+    found = await store.get_calls("s1", ids)
+    assert sorted(found) == ["c1", "c2"]
+    for call_id in ids:
+        assert found.get(call_id) == await store.get_call("s1", call_id)
+    assert found["c2"].result == "done"
+    assert await store.get_calls("s1", []) == {}
+    assert await store.get_calls("nobody", ["c1"]) == {}
+
+
 async def test_record_calls_is_record_call_for_each_in_order(make_store: MakeStore) -> None:
     """One turn's calls in one step: the same ledger as recording them one by one (a replay
     within the batch counted on the first, the per-session bound applied after each)."""
