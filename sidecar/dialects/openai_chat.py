@@ -516,14 +516,12 @@ class _ChatStream(StreamAssembler):
         super().__init__()
         self.tail: _ChatTail = _ChatTail()
         self.items.append(Item(ItemKind.TEXT, {"type": "text", "text": ""}))
-        self._calls: dict[int, Item] = {}
-        # Where each call's item sits in `items`, by its `tool_calls[].index` (kept, not looked
-        # up: `list.index` compares every earlier item field by field, and an equal one would
-        # answer for it).
+        # Where each call's item sits in `items` (which only grows), by its `tool_calls[].index`:
+        # the item is `items[position]` (kept, not looked up: `list.index` compares every earlier
+        # item field by field, and an equal one would answer for it).
         self._call_positions: dict[int, int] = {}
-        self._legacy_position = 0
         self._partials: dict[int, list[str]] = {}
-        self._legacy: Item | None = None  # a legacy `delta.function_call` being assembled
+        self._legacy_position: int | None = None  # a legacy `delta.function_call` being assembled
         self._legacy_parts: list[str] = []
         self._finish: Any = None
         self._last: dict[str, Any] = {}
@@ -628,28 +626,26 @@ class _ChatStream(StreamAssembler):
         """One `tool_calls` fragment. Clients join fragments differently (the OpenAI SDK joins
         every string, others keep the first id and name): a later fragment that gives the name
         or id again, or changes the type, is refused (framing)."""
-        key = as_index(fragment.get("index"), len(self._calls))
+        key = as_index(fragment.get("index"), len(self._call_positions))
         kind = "custom" if fragment.get("type") == "custom" or "custom" in fragment else "function"
         spec = as_dict(fragment.get(kind))
         text_key = "input" if kind == "custom" else "arguments"
-        item = self._calls.get(key)
-        new = item is None
-        if item is None:
+        position = self._call_positions.get(key)
+        new = position is None
+        if position is None:
             wire = {"id": fragment.get("id") or "", "type": kind, kind: {"name": spec.get("name") or "", text_key: ""}}
-            item = Item(ItemKind.CALL, wire)
-            self._calls[key] = item
-            self._call_positions[key] = len(self.items)
-            self.items.append(item)
+            position = self._call_positions[key] = len(self.items)
+            self.items.append(Item(ItemKind.CALL, wire))
         else:
-            wire = item.wire
+            wire = self.items[position].wire
             if wire["type"] != kind or (fragment.get("type") not in (None, kind)):
                 self.refuse(f"tool call {key} changes its type in a later fragment")
-                return self._call_positions[key], False
+                return position, False
             self._same(wire, "id", fragment.get("id"), key)
             self._same(wire[kind], "name", spec.get("name"), key)
         if isinstance(spec.get(text_key), str):
             self._partials.setdefault(key, []).append(spec[text_key])
-        return self._call_positions[key], new
+        return position, new
 
     def _same(self, held: dict[str, Any], field: str, value: Any, key: int) -> None:
         """A field given once. Given again, readings part: the OpenAI SDK joins the pieces
@@ -664,19 +660,18 @@ class _ChatStream(StreamAssembler):
 
     def _legacy_fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
         """A `delta.function_call` piece: the name comes first, the arguments in pieces."""
-        item = self._legacy
-        new = item is None
+        position = self._legacy_position
+        new = position is None
         name = fragment.get("name")
-        if item is None:
-            item = Item(ItemKind.CALL, {LEGACY: {"name": name if isinstance(name, str) else "", "arguments": ""}})
-            self._legacy = item
-            self._legacy_position = len(self.items)
-            self.items.append(item)
+        if position is None:
+            position = self._legacy_position = len(self.items)
+            wire = {LEGACY: {"name": name if isinstance(name, str) else "", "arguments": ""}}
+            self.items.append(Item(ItemKind.CALL, wire))
         elif isinstance(name, str):
-            self._same(item.wire[LEGACY], "name", name, 0)
+            self._same(self.items[position].wire[LEGACY], "name", name, 0)
         if isinstance(fragment.get("arguments"), str):
             self._legacy_parts.append(fragment["arguments"])
-        return self._legacy_position, new
+        return position, new
 
     def observe_forwarded(self, event: SSEEvent) -> None:
         for choice in as_list(self._last.get("choices")):
@@ -691,14 +686,17 @@ class _ChatStream(StreamAssembler):
 
     def finalize(self) -> None:
         self.removed_calls = sum(len(cut) for cut in self._removed.values())
-        calls = [self._calls[k] for k in sorted(self._calls)]
-        for item in calls:
+        calls: list[Item] = []
+        for key in sorted(self._call_positions):
+            item = self.items[self._call_positions[key]]
             kind = item.wire["type"]
             text_key = "input" if kind == "custom" else "arguments"
-            item.wire[kind][text_key] = "".join(self._partials.get(self._key(item), []))
-        if self._legacy is not None:
-            self._legacy.wire[LEGACY]["arguments"] = "".join(self._legacy_parts)
-            calls.append(self._legacy)
+            item.wire[kind][text_key] = "".join(self._partials.get(key, []))
+            calls.append(item)
+        if self._legacy_position is not None:
+            legacy = self.items[self._legacy_position]
+            legacy.wire[LEGACY]["arguments"] = "".join(self._legacy_parts)
+            calls.append(legacy)
         for ordinal, item in enumerate(calls):
             item.call = _call(item.wire, ordinal, self.envelope)
             if self._finish == "length":
@@ -707,6 +705,3 @@ class _ChatStream(StreamAssembler):
                 item.call.parse_error = "the arguments were cut off (max_tokens reached)"
         message: dict[str, Any] = {"role": "assistant", "content": self.items[0].wire["text"] or None}
         self.envelope["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish}]
-
-    def _key(self, item: Item) -> int:
-        return next(k for k, v in self._calls.items() if v is item)

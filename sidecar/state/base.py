@@ -77,9 +77,6 @@ class CallFacts(NamedTuple):
     same_id: CallRecord | None  # the live delivery under the call's own id (`get_call`)
 
 
-NO_FACTS = CallFacts(None, None)
-
-
 def one_session(records: Sequence[CallRecord]) -> str:
     """The session all of `records` belong to (`StateStore.record_calls` takes one turn's)."""
     sessions = {rec.session for rec in records}

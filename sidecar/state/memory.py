@@ -33,7 +33,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from sidecar.state.base import (
-    NO_FACTS,
     Approval,
     CallFacts,
     CallRecord,
@@ -82,6 +81,11 @@ def _read_field(record: bytes, at: int) -> tuple[str, int]:
     if record[at] == _DIGEST:
         return record[at + 1 : end].hex(), end
     return record[at + 5 : end].decode("utf-8", "surrogatepass"), end
+
+
+def _copy(entry: _Entry | None, session: str) -> CallRecord | None:
+    """What a lookup answers: a copy of the live entry found (editing it never edits the ledger)."""
+    return entry.to_record(session) if entry is not None else None
 
 
 class _Answer:
@@ -436,7 +440,7 @@ class MemoryStore:
 
     async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:
         _, entry = self._replay(session, replay_key)
-        return entry.to_record(session) if entry is not None else None
+        return _copy(entry, session)
 
     async def note_replay(self, session: str, replay_key: str) -> int:
         s, entry = self._replay(session, replay_key)
@@ -448,25 +452,15 @@ class MemoryStore:
 
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
         _, entry = self._call(session, call_id)
-        return entry.to_record(session) if entry is not None else None
+        return _copy(entry, session)
 
     async def get_calls(self, session: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:
-        found: dict[str, CallRecord] = {}
-        for call_id in call_ids:
-            _, entry = self._call(session, call_id)
-            if entry is not None:
-                found[call_id] = entry.to_record(session)
-        return found
+        found = (_copy(self._call(session, call_id)[1], session) for call_id in call_ids)
+        return {rec.call_id: rec for rec in found if rec is not None}
 
     async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
-        s = self._session(session)
-        if s is None:
-            return NO_FACTS
-        first = self._live(s.calls.holder(_field(replay_key)))
-        same = self._live(s.calls.get(call_id))
         return CallFacts(
-            first.to_record(session) if first is not None else None,
-            same.to_record(session) if same is not None else None,
+            _copy(self._replay(session, replay_key)[1], session), _copy(self._call(session, call_id)[1], session)
         )
 
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:

@@ -238,12 +238,12 @@ def _pairs(flat: list[str]) -> dict[str, str]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def _record(session: str, call_id: str, h: Mapping[str, str]) -> CallRecord:
+def _record(session: str, h: Mapping[str, str]) -> CallRecord:
     is_error = h.get("result_is_error")
     result_at = h.get("result_at")
     return CallRecord(
         session=session,
-        call_id=call_id,
+        call_id=h["call_id"],
         tool=h["tool"],
         args_hash=h["args_hash"],
         replay_key=h["replay_key"],
@@ -315,8 +315,12 @@ class RedisStore:
 
     # -- ledger ------------------------------------------------------------------------------
 
-    def _alive(self, rec: CallRecord | None) -> CallRecord | None:
-        return rec if rec is not None and self.limits.alive(rec) else None
+    def _live(self, session: str, h: Mapping[str, str]) -> CallRecord | None:
+        """A call's hash as its record; None when there is none (an empty hash) or it expired."""
+        if not h:
+            return None
+        rec = _record(session, h)
+        return rec if self.limits.alive(rec) else None
 
     async def record_call(self, rec: CallRecord) -> None:
         await self.record_calls([rec])
@@ -353,17 +357,13 @@ class RedisStore:
     async def find_replay(self, session: str, replay_key: str) -> CallRecord | None:
         args = [self.prefix, _session_digest(session), replay_key]
         flat: list[str] | None = await self._do(self._find(args=args))
-        if not flat:
-            return None
-        h = _pairs(flat)
-        return self._alive(_record(session, h["call_id"], h))
+        return self._live(session, _pairs(flat or []))
 
     async def note_replay(self, session: str, replay_key: str) -> int:
         return int(await self._do(self._note(args=[self.prefix, _session_digest(session), replay_key])))
 
     async def get_call(self, session: str, call_id: str) -> CallRecord | None:
-        h = await self._hash(self._k("call", _session_digest(session), call_id))
-        return self._alive(_record(session, call_id, h)) if h else None
+        return self._live(session, await self._hash(self._k("call", _session_digest(session), call_id)))
 
     async def get_calls(self, session: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:
         if not call_ids:
@@ -374,20 +374,13 @@ class RedisStore:
             for call_id in call_ids:
                 pipe.hgetall(self._k("call", digest, call_id))
             hashes: list[dict[str, str]] = await pipe.execute()
-        found = (
-            self._alive(_record(session, call_id, h)) if h else None
-            for call_id, h in zip(call_ids, hashes, strict=True)
-        )
+        found = (self._live(session, h) for h in hashes)
         return {rec.call_id: rec for rec in found if rec is not None}
 
     async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
         args = [self.prefix, _session_digest(session), replay_key, call_id]
         first, same = await self._do(self._look_up(args=args))
-        h = _pairs(first)
-        return CallFacts(
-            self._alive(_record(session, h["call_id"], h)) if h else None,
-            self._alive(_record(session, call_id, _pairs(same))) if same else None,
-        )
+        return CallFacts(self._live(session, _pairs(first)), self._live(session, _pairs(same)))
 
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         text, truncated = self.limits.truncate(result)
