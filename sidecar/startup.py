@@ -12,9 +12,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sidecar import __version__
 from sidecar.config import Settings
+from sidecar.policy.sources import BUILTIN, EXAMPLE_PREFIX
 from sidecar.telemetry.redact import DEFAULT_KEY_PATTERNS, REDACTED, redact
-
-EXAMPLE_PREFIX = "example:"
 
 
 class PortPurpose(StrEnum):
@@ -40,7 +39,7 @@ class PortBindError(OSError):
 
 def describe_policy(policies: str | None) -> str:
     """The policy in force, as the operator would name it."""
-    if policies is None:
+    if policies is None or policies == BUILTIN:
         return "built-in"
     if policies.startswith(EXAMPLE_PREFIX):
         return f"packaged example {policies.removeprefix(EXAMPLE_PREFIX)}"

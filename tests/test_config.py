@@ -339,6 +339,7 @@ def test_redacted_settings_hide_tokens_and_url_passwords_but_not_paths():
     ("policies", "engine", "expected"),
     [
         (None, "embedded", "built-in"),
+        ("builtin", "embedded", "built-in"),
         ("example:support", "embedded", "packaged example support"),
         ("policies", "embedded", f"directory {os.path.abspath('policies')}"),
         (None, "opa", "OPA server http://127.0.0.1:8181"),
