@@ -551,32 +551,43 @@ class _ChatStream(StreamAssembler):
                 self.tail.envelope.setdefault("usage", None)
             if isinstance(data["usage"], dict):
                 self.envelope["usage"] = data["usage"]
+        choices = data.get("choices")
+        if type(choices) is list and len(choices) == 1 and type(choices[0]) is dict and _is_choice_zero(choices[0]):
+            # Most chunks: choice 0 alone, with nothing to screen (`_screen` cuts choices >= 1).
+            return self._choice_zero(choices[0], None, False)
         first_position: int | None = None
         started = False
         others = self._screen(event, data)
-        for choice in as_list(data.get("choices")):
-            if not isinstance(choice, dict) or not _is_choice_zero(choice):
-                continue
-            delta = as_dict(choice.get("delta"))
-            if isinstance(delta.get("content"), str):
-                self.grow(self.items[0].wire, "text", delta["content"])
-                first_position = 0 if first_position is None else first_position
-            for fragment in as_list(delta.get("tool_calls")):
-                if not isinstance(fragment, dict):
-                    continue
-                position, new = self._fragment(fragment)
-                if first_position is None or first_position == 0:
-                    first_position = position
-                started = started or new
-            if isinstance(delta.get(LEGACY), dict):
-                position, new = self._legacy_fragment(delta[LEGACY])
-                if first_position is None or first_position == 0:
-                    first_position = position
-                started = started or new
-            if choice.get("finish_reason") is not None:
-                self._finish = choice["finish_reason"]
+        for choice in as_list(choices):
+            if isinstance(choice, dict) and _is_choice_zero(choice):
+                first_position, started = self._choice_zero(choice, first_position, started)
         if others and (self.holding or started):
             self.tail.others.append(format_event(orjson.dumps({**data, "choices": others})))
+        return first_position, started
+
+    def _choice_zero(
+        self, choice: dict[str, Any], first_position: int | None, started: bool
+    ) -> tuple[int | None, bool]:
+        """One choice-0 entry of a chunk, given what earlier entries of the same chunk gave:
+        (the first item it touches, whether a call starts in the chunk)."""
+        delta = as_dict(choice.get("delta"))
+        if isinstance(delta.get("content"), str):
+            self.grow(self.items[0].wire, "text", delta["content"])
+            first_position = 0 if first_position is None else first_position
+        for fragment in as_list(delta.get("tool_calls")):
+            if not isinstance(fragment, dict):
+                continue
+            position, new = self._fragment(fragment)
+            if first_position is None or first_position == 0:
+                first_position = position
+            started = started or new
+        if isinstance(delta.get(LEGACY), dict):
+            position, new = self._legacy_fragment(delta[LEGACY])
+            if first_position is None or first_position == 0:
+                first_position = position
+            started = started or new
+        if choice.get("finish_reason") is not None:
+            self._finish = choice["finish_reason"]
         return first_position, started
 
     def _screen(self, event: SSEEvent, data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -626,6 +637,16 @@ class _ChatStream(StreamAssembler):
         """One `tool_calls` fragment. Clients join fragments differently (the OpenAI SDK joins
         every string, others keep the first id and name): a later fragment that gives the name
         or id again, or changes the type, is refused (framing)."""
+        spec = fragment.get("function")
+        if len(fragment) == 2 and type(spec) is dict and len(spec) == 1:
+            # Most fragments: the next piece of a function call's arguments, nothing else. The
+            # checks below pass it (no type, id or name to compare); here in fewer steps.
+            index, text = fragment.get("index"), spec.get("arguments")
+            if type(index) is int and type(text) is str:
+                position = self._call_positions.get(index)
+                if position is not None and self.items[position].wire["type"] == "function":
+                    self._partials.setdefault(index, []).append(text)
+                    return position, False
         key = as_index(fragment.get("index"), len(self._call_positions))
         kind = "custom" if fragment.get("type") == "custom" or "custom" in fragment else "function"
         spec = as_dict(fragment.get(kind))

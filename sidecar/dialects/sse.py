@@ -6,6 +6,7 @@ records each event's raw framing (CR, LF or CRLF line ends, padding, comments) u
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,12 +44,28 @@ def format_event(data: bytes | str, event: str | None = None) -> bytes:
 KEEPALIVE_COMMENT = b": keepalive\n\n"
 # What a waiting parser needs next (see `SSEParser._waiting`).
 _EVENT, _LINE = b"event", b"line"
+# The providers' framing, one event per block: an optional `event: NAME` line, one `data:`
+# line, a blank line (LF only: a read with a CR goes line by line). Groups: the whole block,
+# the event line, the name, the data.
+_PROVIDER_EVENT = re.compile(rb"((event: ([^\n]*)\n)?data: ([^\n]*)\n\n)")
+# Event names decoded once: a stream repeats a handful of them (bounded: see `_name`).
+_NAMES: dict[bytes, str] = {}
+_MAX_NAMES = 256
+
+
+def _name(raw: bytes) -> str:
+    name = _NAMES.get(raw)
+    if name is None:
+        name = raw.decode("utf-8", "replace")
+        if len(_NAMES) < _MAX_NAMES and len(raw) <= 64:
+            _NAMES[raw] = name
+    return name
 
 
 class SSEParser:
     """Feed it bytes as they arrive; it returns whole events (WHATWG field rules)."""
 
-    __slots__ = ("_buffer", "_data", "_event", "_has_fields", "_pieces", "_raw", "_waiting")
+    __slots__ = ("_buffer", "_data", "_event", "_has_fields", "_irregular", "_pieces", "_raw", "_waiting")
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -62,6 +79,8 @@ class SSEParser:
         # small reads costs linear time, not a copy of the buffer per read.
         self._waiting: bytes | None = None
         self._pieces: list[bytes] = []
+        # Set once a read was not all provider-framed events (see `_provider_events`).
+        self._irregular = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         return self._feed(chunk, final=False)
@@ -131,7 +150,7 @@ class SSEParser:
         line, starting at an event boundary. Cut block by block (one search each) with the
         same field rules as `_line`. Returns where the blocks end, and whether the rest is the
         beginning of one more such event (no blank line yet); anything else goes line by line."""
-        start = 0
+        start = self._provider_events(buffer, events) if not self._irregular else 0
         while not self._raw and not self._has_fields:
             end = buffer.find(b"\n\n", start)
             if end == -1:
@@ -173,6 +192,24 @@ class SSEParser:
             events.append(SSEEvent(buffer[start : end + 2], event, "\n".join(data)))
             start = end + 2
         return start, False
+
+    def _provider_events(self, buffer: bytes, events: list[SSEEvent]) -> int:
+        """The whole events before the buffer's last blank line, in one regex pass, when they
+        are all in the providers' framing, one after another (their lengths add up to where
+        they end: nothing between them); returns where they end, else 0 and the block loop
+        reads the buffer. A stream with other framing (comments, ids) uses the loop from then on."""
+        if self._raw or self._has_fields:
+            return 0
+        cut = buffer.rfind(b"\n\n") + 2
+        if cut < 2:
+            return 0
+        found = _PROVIDER_EVENT.findall(buffer, 0, cut)
+        if sum(len(block) for block, _, _, _ in found) != cut:
+            self._irregular = True
+            return 0
+        for block, head, name, data in found:
+            events.append(SSEEvent(block, _name(name) if head else None, data.decode("utf-8", "replace")))
+        return cut
 
     def flush(self) -> list[SSEEvent]:
         """At end of stream: an unterminated last event still counts (as browsers do not)."""

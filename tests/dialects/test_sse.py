@@ -283,6 +283,58 @@ def test_whole_event_fast_path_agrees_with_line_by_line(lines: list[bytes], size
         assert [(e.raw, e.event, e.data) for e in fast] == [(e.raw, e.event, e.data) for e in reference]
 
 
+def _reference(data: bytes, chunking: list[int] | None) -> list[SSEEvent]:
+    """`data` read by the parser without its fast paths, in the same reads as `parse`."""
+    slow = _LineByLine()
+    events: list[SSEEvent] = []
+    start, turn = 0, 0
+    while start < len(data):
+        size = len(data) if chunking is None else chunking[turn % len(chunking)]
+        events += slow.feed(data[start : start + size])
+        start, turn = start + size, turn + 1
+    return events + slow.flush()
+
+
+_NAME = st.sampled_from([b"content_block_delta", b"ping", b"", b"a:b", b" pad", "caf\u00e9".encode()])
+_DATA = st.sampled_from([b'{"type":"ping"}', b"", b" two", b"[DONE]", b'{"t":"\\n"}', "\u00e9t\u00e9".encode()])
+# Mostly the providers' framing (`event: NAME` or not, one `data:` line), now and then another.
+_BLOCK = st.one_of(
+    st.tuples(st.one_of(st.none(), _NAME), _DATA).map(
+        lambda e: (b"" if e[0] is None else b"event: " + e[0] + b"\n") + b"data: " + e[1] + b"\n\n"
+    ),
+    st.sampled_from([b": keepalive\n\n", b"id: 7\ndata: x\n\n", b"data: a\ndata: b\n\n", b"\n", b"data:x\n\n"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    blocks=st.lists(_BLOCK, max_size=12),
+    sizes=st.lists(st.integers(min_value=1, max_value=64), min_size=1, max_size=6),
+)
+def test_provider_framed_reads_agree_with_line_by_line(blocks: list[bytes], sizes: list[int]) -> None:
+    """Reads of provider-framed events are cut in one regex pass; the events and their bytes
+    are the line-by-line parser's, whatever the reads and whatever other framing comes along."""
+    data = b"".join(blocks)
+    for chunking in (None, sizes):
+        fast = parse(data, chunking)
+        assert [(e.raw, e.event, e.data) for e in fast] == [
+            (e.raw, e.event, e.data) for e in _reference(data, chunking)
+        ]
+
+
+def test_a_provider_burst_then_other_framing() -> None:
+    """A burst of provider events, then a comment and an `id:` field in a later read: every
+    event comes out once, in order, with its bytes."""
+    burst = b"event: a\ndata: 1\n\ndata: 2\n\nevent: b\ndata: 3\n\nevent: c\nda"
+    later = b"ta: 4\n\n: note\n\nid: 9\ndata: 5\n\ndata: 6\n\n"
+    parser = SSEParser()
+    first = parser.feed(burst)
+    assert [(e.event, e.data) for e in first] == [("a", "1"), (None, "2"), ("b", "3")]
+    rest = parser.feed(later) + parser.flush()
+    assert [(e.event, e.data) for e in rest] == [("c", "4"), (None, ""), (None, "5"), (None, "6")]
+    assert b"".join(e.raw for e in first + rest) == burst + later
+
+
 @pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"])
 @pytest.mark.parametrize("read", [1, 7, 1024])
 def test_a_long_event_in_small_reads_is_one_event_with_its_bytes(end: bytes, read: int) -> None:
