@@ -346,17 +346,20 @@ class ExchangeRunner:
         parser = SSEParser()
         limit = self.settings.limits.max_held_stream_bytes
         held_bytes = 0
+        resumed = ex.resume_after is not None
+        ascii_so_far = True  # every read so far was ASCII: so is every event, valid UTF-8
         try:
             while True:
                 chunk = await self._timed(ex, answer.chunk())
+                ascii_so_far = ascii_so_far and chunk.isascii()
                 events = parser.feed(chunk) if chunk else parser.flush()
                 # What arrived in one read goes out in one write: no event waits for another.
                 ready = []
                 for event in events:
-                    if not _utf8(event.raw):
+                    if not ascii_so_far and not _utf8(event.raw):
                         assembler.refuse("bytes that are not valid UTF-8")
                     if assembler.feed(event):
-                        if not _already_sent(ex, event):
+                        if not resumed or not _already_sent(ex, event):
                             ready.append(event.raw)
                     elif assembler.violation is not None:
                         break

@@ -5,6 +5,7 @@ refuses it (a provider-shaped 502, or the protocol's in-stream error), counts it
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -269,3 +270,52 @@ async def test_request_bodies_that_are_not_utf8_are_refused(upstream, caplog):
         with pytest.raises(openai.BadRequestError, match="not valid UTF-8"):
             await client.post("/chat/completions", content=b'{"model": "m\xff", "messages": []}', cast_to=object)
     assert (await scrape(running.admin_url)).value("sidecar_requests_refused_total", reason="encoding") == 1
+
+
+def _pieces_upstream(pieces: list[bytes]) -> Any:
+    """A Chat stream written in these pieces, apart, so the sidecar reads each on its own."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": SSE})
+        await response.prepare(request)
+        for piece in pieces:
+            await response.write(piece)
+            await asyncio.sleep(0.02)
+        await response.write_eof()
+        return response
+
+    return handle
+
+
+async def _chat_text(running: Any) -> str:
+    messages: Any = [{"role": "user", "content": "hi"}]
+    async with (
+        openai_client(running.proxy_url) as client,
+        client.chat.completions.stream(model="m", messages=messages) as stream,
+    ):
+        final = await stream.get_final_completion()
+    return final.choices[0].message.content or ""
+
+
+async def test_bytes_that_are_not_utf8_after_ascii_reads_are_refused(start_sidecar, caplog):
+    """Reads that were all ASCII need no UTF-8 check; a later read with bytes that are not
+    UTF-8 still refuses the stream (here inside a call's arguments)."""
+    call = sse(chunk(fragment(id="call_1", type="function", function={"name": "read", "arguments": '{"p": "'})))
+    bad = sse(chunk(fragment(function={"arguments": "x"}))).replace(b'"x"', b'"\xff"')
+    end = sse(chunk(fragment(function={"arguments": '"}'})), chunk({}, "tool_calls"), (None, b"[DONE]"))
+    async with serve(_pieces_upstream([sse(chunk({"content": "ok"})), call, bad, end])) as url:
+        running = await start_sidecar(anthropic_upstream=url, openai_upstream=url)
+        with pytest.raises(openai.APIError, match="not valid UTF-8"):
+            await _chat_text(running)
+        assert (await scrape(running.admin_url)).value("sidecar_requests_refused_total", reason="framing") == 1
+
+
+async def test_a_character_split_across_reads_is_not_refused(start_sidecar):
+    """UTF-8 is checked per event, so a character whose bytes come in two reads passes."""
+    text = sse(chunk({"content": "caf\u00e9"}), chunk({}, "stop"), (None, b"[DONE]"))
+    cut = text.index("\u00e9".encode()) + 1
+    async with serve(_pieces_upstream([sse(chunk({"content": "ok "})), text[:cut], text[cut:]])) as url:
+        running = await start_sidecar(anthropic_upstream=url, openai_upstream=url)
+        assert await _chat_text(running) == "ok caf\u00e9"
+        assert await _refusals(running) == 0
