@@ -150,7 +150,7 @@ class SSEParser:
         line, starting at an event boundary. Cut block by block (one search each) with the
         same field rules as `_line`. Returns where the blocks end, and whether the rest is the
         beginning of one more such event (no blank line yet); anything else goes line by line."""
-        start = self._provider_events(buffer, events) if not self._irregular else 0
+        start = self._provider_events(buffer, events)
         while not self._raw and not self._has_fields:
             end = buffer.find(b"\n\n", start)
             if end == -1:
@@ -198,7 +198,7 @@ class SSEParser:
         are all in the providers' framing, one after another (their lengths add up to where
         they end: nothing between them); returns where they end, else 0 and the block loop
         reads the buffer. A stream with other framing (comments, ids) uses the loop from then on."""
-        if self._raw or self._has_fields:
+        if self._irregular or self._raw or self._has_fields:
             return 0
         cut = buffer.rfind(b"\n\n") + 2
         if cut < 2:

@@ -13,9 +13,9 @@ from sidecar.dialects.sse import KEEPALIVE_COMMENT, SSEEvent, SSEParser, format_
 Parsed = list[tuple[str | None, str]]
 
 
-def parse(data: bytes, sizes: list[int] | None = None) -> list[SSEEvent]:
+def parse(data: bytes, sizes: list[int] | None = None, parser: SSEParser | None = None) -> list[SSEEvent]:
     """Feed `data` in chunks of the given sizes (cycled), or at once, then flush."""
-    parser = SSEParser()
+    parser = parser if parser is not None else SSEParser()
     events: list[SSEEvent] = []
     if not sizes:
         events += parser.feed(data)
@@ -272,27 +272,8 @@ def test_whole_event_fast_path_agrees_with_line_by_line(lines: list[bytes], size
     data = b"\n".join(lines) + b"\n"
     for chunking in (None, sizes):
         fast = parse(data, chunking)
-        slow = _LineByLine()
-        reference: list[SSEEvent] = []
-        start, turn = 0, 0
-        while start < len(data):
-            size = len(data) if chunking is None else chunking[turn % len(chunking)]
-            reference += slow.feed(data[start : start + size])
-            start, turn = start + size, turn + 1
-        reference += slow.flush()
+        reference = parse(data, chunking, _LineByLine())
         assert [(e.raw, e.event, e.data) for e in fast] == [(e.raw, e.event, e.data) for e in reference]
-
-
-def _reference(data: bytes, chunking: list[int] | None) -> list[SSEEvent]:
-    """`data` read by the parser without its fast paths, in the same reads as `parse`."""
-    slow = _LineByLine()
-    events: list[SSEEvent] = []
-    start, turn = 0, 0
-    while start < len(data):
-        size = len(data) if chunking is None else chunking[turn % len(chunking)]
-        events += slow.feed(data[start : start + size])
-        start, turn = start + size, turn + 1
-    return events + slow.flush()
 
 
 _NAME = st.sampled_from([b"content_block_delta", b"ping", b"", b"a:b", b" pad", "caf\u00e9".encode()])
@@ -317,9 +298,8 @@ def test_provider_framed_reads_agree_with_line_by_line(blocks: list[bytes], size
     data = b"".join(blocks)
     for chunking in (None, sizes):
         fast = parse(data, chunking)
-        assert [(e.raw, e.event, e.data) for e in fast] == [
-            (e.raw, e.event, e.data) for e in _reference(data, chunking)
-        ]
+        reference = parse(data, chunking, _LineByLine())
+        assert [(e.raw, e.event, e.data) for e in fast] == [(e.raw, e.event, e.data) for e in reference]
 
 
 def test_a_provider_burst_then_other_framing() -> None:
