@@ -99,6 +99,7 @@ def startup_fields(settings: Settings, proxy_url: str, admin_url: str) -> dict[s
         "upstreams": _scrub({"anthropic": settings.anthropic_upstream, "openai": settings.openai_upstream}),
         "admin_auth": "token configured"
         if settings.admin_token or settings.admin_token_file
-        else "no token: the approve/deny endpoints refuse every request",
+        # No "token:" before prose: the log redactor reads the word after it as the token.
+        else "no admin token configured, so the approve/deny endpoints refuse every request",
         "settings": redacted_settings(settings),
     }

@@ -16,6 +16,7 @@ import pytest
 from sidecar.app import start
 from sidecar.config import ConfigError, Settings, load_settings
 from sidecar.startup import PortBindError, redacted_settings, startup_fields
+from sidecar.telemetry.redact import DEFAULT_KEY_PATTERNS, redact
 from tests.helpers.ports import free_port
 
 
@@ -375,3 +376,11 @@ def test_sidecar_run_says_why_a_policy_does_not_load(tmp_path, workers):
             assert "did not start (exit code 1)" in result.stderr
         else:
             assert "sidecar: cannot start:" in result.stderr
+
+
+def test_the_startup_line_without_an_admin_token_reads_the_same_after_redaction():
+    # Every log field goes through the redactor: the sentence must not look like a credential.
+    settings = load_settings(flags={}, environ={})
+    said = startup_fields(settings, "http://p", "http://a")["admin_auth"]
+    assert said == "no admin token configured, so the approve/deny endpoints refuse every request"
+    assert redact({"admin_auth": said}, DEFAULT_KEY_PATTERNS) == {"admin_auth": said}
