@@ -51,7 +51,7 @@ from sidecar.state import StateUnavailable, build_store
 from sidecar.state.continuations import Continuations
 from sidecar.state.guarded import GuardedStore
 from sidecar.state.refused import RefusedCalls
-from sidecar.telemetry.logs import log_event
+from sidecar.telemetry.logs import WRITER, log_event
 from sidecar.telemetry.loop_lag import LoopLagMonitor
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.rejection_log import RejectionLog
@@ -374,6 +374,7 @@ class Running:
             await runner.cleanup()
         await self.sidecar.close()
         log_event("stopped", drained_s=round(time.monotonic() - started, 3))
+        await asyncio.to_thread(WRITER.flush)  # the last lines reach stderr before the process ends
 
 
 async def start(settings: Settings, *, reuse_port: bool = False) -> Running:

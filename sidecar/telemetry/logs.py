@@ -3,14 +3,21 @@
 `log_event("verdict", tool=..., verdict=...)` is the one call sites use. Ordinary
 `logging.getLogger("sidecar.x").warning(...)` records come out as JSON too (event "log"), so
 nothing under the `sidecar` logger escapes the redactor.
+
+Lines are formatted by the caller and written by one thread of their own (`LineWriter`): a
+stderr that blocks (a full pipe, a slow log collector) must not stop the event loop. No line
+is dropped: past `MAX_PENDING_BYTES` not yet written, the caller waits for the writer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
+import threading
 import time
+from collections import deque
 from typing import IO, Any
 
 import orjson
@@ -119,14 +126,119 @@ class JsonFormatter(logging.Formatter):
         )
 
 
+# Lines handed to the writer and not yet written, in characters: past this the caller waits.
+MAX_PENDING_BYTES = 8 * 1024 * 1024
+
+
+class LineWriter:
+    """Writes text to streams on a daemon thread of its own, in the order it was handed over.
+
+    One per process (`WRITER`), started with the first line. Woken by a line, the thread lets
+    lines gather for `linger_s` (less when `flush` asks, or half the bound is pending), then
+    writes each stream's run of lines with one `os.write`: under load it wakes at most
+    1/linger_s times a second, whatever the rate of lines. (Every wake-up takes the GIL from
+    the event loop: measured, a wake-up per line cost 4-5% more CPU per request than writing
+    on the loop; 5 ms of lingering still 2-4%.) Memory is bounded: `put` waits while
+    `max_pending` characters are pending (the stream is that slow), so no line is lost.
+    `flush` waits until every line put before it is written; `logging.shutdown` (at exit)
+    calls it through each handler's flush."""
+
+    def __init__(self, max_pending: int = MAX_PENDING_BYTES, linger_s: float = 0.05) -> None:
+        self.max_pending = max_pending
+        self.linger_s = linger_s
+        self._pending: deque[tuple[IO[str], str]] = deque()
+        self._size = 0
+        self._put = 0  # lines handed over, ever
+        self._written = 0  # of those, lines written (or failed: a broken stream loses its lines)
+        self._hurry = False  # a flush waits: write without lingering
+        self._changed = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+
+    def put(self, stream: IO[str], text: str) -> None:
+        with self._changed:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="sidecar-log-writer", daemon=True)
+                self._thread.start()
+            while self._size >= self.max_pending:
+                self._changed.wait()
+            self._pending.append((stream, text))
+            self._size += len(text)
+            self._put += 1
+            if len(self._pending) == 1 or self._size >= self.max_pending // 2:
+                self._changed.notify_all()
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Wait until every line put so far is written; False if that took over `timeout_s`."""
+        with self._changed:
+            target = self._put
+            self._hurry = True
+            self._changed.notify_all()
+            return self._changed.wait_for(lambda: self._written >= target, timeout_s)
+
+    def _gathered(self) -> bool:
+        return self._hurry or self._size >= self.max_pending // 2
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._pending))
+                self._changed.wait_for(self._gathered, self.linger_s)
+                self._hurry = False
+                batch = list(self._pending)
+                self._pending.clear()
+                self._size = 0
+                self._changed.notify_all()  # callers waiting for room
+            start = 0
+            for end in range(1, len(batch) + 1):  # each stream's run of lines in one write
+                if end == len(batch) or batch[end][0] is not batch[start][0]:
+                    self._write(batch[start][0], "".join(text for _, text in batch[start:end]))
+                    start = end
+            with self._changed:
+                self._written += len(batch)
+                self._changed.notify_all()
+
+    @staticmethod
+    def _write(stream: IO[str], text: str) -> None:
+        """One `os.write` to the stream's descriptor when it has one (each blocking call hands
+        the GIL back and forth with the event loop: one call, not a write and a flush), else
+        the stream's own write. Logging must never raise: a stream that fails loses these
+        lines, as StreamHandler would."""
+        with contextlib.suppress(Exception):
+            try:
+                fd = stream.fileno()
+            except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: no descriptor
+                stream.write(text)
+                stream.flush()
+                return
+            stream.flush()  # anything else wrote to it and left text buffered: that goes first
+            data = text.encode(getattr(stream, "encoding", None) or "utf-8", "backslashreplace")
+            while data:
+                data = data[os.write(fd, data) :]
+
+
+WRITER = LineWriter()
+
+
 class _SidecarHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Marks the handler we installed, so configure_logging can be called again safely."""
+    """The handler configure_logging installs: its lines go to the stream through `WRITER`,
+    off the caller's thread (the event loop's, mostly)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        self.write_line(line)
 
     def write_line(self, line: str) -> None:
         """What `emit` does with a formatted record, for a line `log_event` formatted itself."""
-        with self.lock or contextlib.nullcontext():  # a Handler makes its lock in __init__
-            self.stream.write(line + self.terminator)
-            self.flush()
+        WRITER.put(self.stream, line + self.terminator)
+
+    def flush(self) -> None:
+        """Every line handed over so far is written (tests and shutdown rely on this)."""
+        WRITER.flush()
+        super().flush()
 
 
 def _direct_handler(target: logging.Logger, level: int) -> _SidecarHandler | None:

@@ -355,6 +355,7 @@ async def test_secrets_never_logged(model, start_sidecar, tmp_path, caplog, capf
             await a.models.list()
         await running.stop()  # flushes the rejection log
     finally:
+        handler.flush()  # every line the log writer holds
         sidecar_logger.removeHandler(caplog.handler)
         sidecar_logger.removeHandler(handler)
         sidecar_logger.propagate = True

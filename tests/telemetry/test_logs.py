@@ -2,13 +2,16 @@ from __future__ import annotations
 
 import io
 import logging
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 
 import orjson
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from sidecar.telemetry.logs import configure_logging, log_event
+from sidecar.telemetry.logs import WRITER, LineWriter, configure_logging, log_event
 from sidecar.telemetry.redact import redact_text
 
 
@@ -23,9 +26,17 @@ def _restore_sidecar_logger() -> Iterator[None]:
     logger.propagate = saved[2]
 
 
+class _Written(io.StringIO):
+    """A stream whose value is read once the log writer has written every line handed to it."""
+
+    def getvalue(self) -> str:
+        assert WRITER.flush()
+        return super().getvalue()
+
+
 @pytest.fixture
 def stream() -> Iterator[io.StringIO]:
-    out = io.StringIO()
+    out = _Written()
     configure_logging("debug", stream=out)
     yield out
 
@@ -58,7 +69,7 @@ def test_plain_logging_is_json_and_redacted(stream: io.StringIO) -> None:
 
 
 def test_level_filtering() -> None:
-    out = io.StringIO()
+    out = _Written()
     configure_logging("warning", stream=out)
     log_event("request", path="/v1/messages")
     log_event("policy_reload", level=logging.ERROR, ok=False)
@@ -217,3 +228,94 @@ def test_a_line_time_is_the_time_iso_utc_writes(seed: int) -> None:
     times = [1.7e9 + rng.random() * 1e6 for _ in range(20_000)] + edges
     rng.shuffle(times)
     assert [t for t in times if _time(t) != iso_utc(t, "milliseconds")] == []
+
+
+class _BlockedStream(io.StringIO):
+    """A stream whose writes wait until `release` is set: a full pipe, a stalled collector."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.writing = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.writing.set()
+        assert self.release.wait(10)
+        return super().write(text)
+
+
+def test_a_blocked_stream_does_not_block_the_caller() -> None:
+    blocked = _BlockedStream()
+    configure_logging("info", stream=blocked)
+    log_event("request", status=200)
+    assert blocked.writing.wait(5)  # the writer thread is inside write(), stuck
+    log_event("request", status=201)  # and the caller goes on all the same
+    log_event("request", status=202)
+    assert blocked.getvalue() == ""
+    blocked.release.set()
+    assert WRITER.flush()
+    assert [orjson.loads(line)["status"] for line in blocked.getvalue().splitlines()] == [200, 201, 202]
+
+
+def test_lines_keep_their_order_across_streams_and_threads() -> None:
+    writer = LineWriter()
+    first, second = io.StringIO(), io.StringIO()
+
+    def put(prefix: str) -> None:
+        for i in range(2000):
+            writer.put(first if i % 3 else second, f"{prefix}{i}\n")
+
+    threads = [threading.Thread(target=put, args=(p,)) for p in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert writer.flush()
+    for prefix in "ab":
+        for stream, keep in ((first, lambda i: i % 3), (second, lambda i: not i % 3)):
+            mine = [line for line in stream.getvalue().splitlines() if line.startswith(prefix)]
+            assert mine == [f"{prefix}{i}" for i in range(2000) if keep(i)]
+
+
+def test_past_the_bound_the_caller_waits_and_no_line_is_lost() -> None:
+    writer = LineWriter(max_pending=100)
+    blocked = _BlockedStream()
+    writer.put(blocked, "x" * 10 + "\n")
+    assert blocked.writing.wait(5)  # taken by the writer: pending is empty again
+    done = threading.Event()
+
+    def fill() -> None:
+        for i in range(50):  # 50 lines of 11 characters: far past 100 pending
+            writer.put(blocked, f"{i:010d}\n")
+        done.set()
+
+    filler = threading.Thread(target=fill)
+    filler.start()
+    assert not done.wait(0.3)  # waits for room while the stream is stuck
+    blocked.release.set()
+    filler.join(10)
+    assert done.is_set() and writer.flush()
+    assert blocked.getvalue().splitlines() == ["x" * 10, *(f"{i:010d}" for i in range(50))]
+
+
+def test_a_failing_stream_loses_its_lines_not_the_writer() -> None:
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError
+
+    writer, good = LineWriter(), io.StringIO()
+    writer.put(Broken(), "lost\n")
+    writer.put(good, "kept\n")
+    assert writer.flush()
+    assert good.getvalue() == "kept\n"
+
+
+def test_every_line_is_written_before_the_process_exits() -> None:
+    script = (
+        "from sidecar.telemetry.logs import configure_logging, log_event\n"
+        "configure_logging('info')\n"
+        "for i in range(3000):\n"
+        "    log_event('request', n=i)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, check=True)
+    assert [orjson.loads(line)["n"] for line in done.stderr.splitlines()] == list(range(3000))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
-from sidecar.telemetry.logs import LOGGER_NAME, configure_logging
+from sidecar.telemetry.logs import LOGGER_NAME, WRITER, configure_logging
 from tests.e2e.agents import AGENTS
 from tests.e2e.clients import API_KEY_ANTHROPIC, API_KEY_OPENAI
 from tests.helpers.otlp import StartTraced
@@ -75,6 +75,7 @@ async def test_json_lines_with_trace_ids_and_no_secrets(
         await agent.ask(stream=False)
     await traced.running.sidecar.rejections.aflush()
 
+    assert WRITER.flush()  # every line the log writer holds is written
     out, err = capfd.readouterr()
     lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert lines, "the sidecar logged nothing on stderr"

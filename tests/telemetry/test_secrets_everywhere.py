@@ -75,6 +75,7 @@ async def test_no_secret_reaches_any_output(start_sidecar, model, otlp, tmp_path
         await agent.ask(False)
         await sidecar.sidecar.rejections.aflush()
         await asyncio.to_thread(sidecar.sidecar.tracing.force_flush)
+        handler.flush()  # every line the log writer holds
         outputs = {
             "logs": stderr.getvalue(),
             "rejection log": rejections.read_text(),
