@@ -36,7 +36,7 @@ from sidecar.policy.loader import (
     content_hash,
     read_bundle,
 )
-from sidecar.policy.reads import ReadsAnalysis
+from sidecar.policy.reads import ReadsAnalysis, project
 from sidecar.policy.sources import resolve
 
 log = logging.getLogger("sidecar.policy")
@@ -381,10 +381,11 @@ class EmbeddedEngine(_Interpreting):
     def evaluate(self, rule: str, input: dict[str, Any]) -> Any:
         """Raw value of `rule` for `input` (UNDEFINED if undefined). Raises on errors.
 
-        The engine gets only the input fields the rule can read (sidecar/policy/reads.py),
-        which answers the same: regorus parses the input it is given, and a call decision's
-        input is a quarter smaller without the fields `decision` never reads (measured: 14 ->
-        10 us to set it)."""
+        The engine gets only the input paths the rule can read (sidecar/policy/reads.py),
+        which answers the same: regorus parses the input it is given. The benchmark's call
+        decision is 691 bytes with the top-level fields `decision` reads and 404 with only
+        its paths (no call id, hash, position, session id); measured in a sidecar under load
+        (c=64, five alternated pairs), 1029 -> 1013 us of CPU per request."""
         compiled = self._current()
         if compiled is None:
             raise PolicyLoadError(f"no policy loaded: {self._error}")
@@ -396,14 +397,14 @@ class EmbeddedEngine(_Interpreting):
 
     @staticmethod
     def _read_part(compiled: CompiledPolicy, rule: str, input: dict[str, Any]) -> dict[str, Any] | None:
-        """The fields of `input` that `rule` can read (absent ones stay absent: undefined is
-        not null in Rego), or None when its reads cannot be bounded."""
+        """`input` cut to the paths `rule` can read (absent ones stay absent: undefined is not
+        null in Rego), or None when its reads cannot be bounded."""
         if rule not in compiled.reads:
-            compiled.reads[rule] = ReadsAnalysis(compiled.engine.ast()).input_fields(rule)
-        fields = compiled.reads[rule]
-        if fields is None:
+            compiled.reads[rule] = ReadsAnalysis(compiled.engine.ast()).input_shape(rule)
+        shape = compiled.reads[rule]
+        if shape is None:
             return None
-        return {name: input[name] for name in fields if name in input}
+        return project(input, shape)
 
     def remembered(self, rule: str, input: dict[str, Any]) -> Any:
         """`evaluate`, answered from memory when this revision already answered an input that

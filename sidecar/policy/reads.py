@@ -1,11 +1,17 @@
-"""Which top-level `input` fields a rule can read: what a cached answer must be keyed on.
+"""Which `input` fields a rule can read: what the engine is given, and what a cached answer
+must be keyed on.
 
 The tool-list question (`data.sidecar.visible_tools`) is asked on every request, with an input
 that changes on every request (session, counts, time) while the policy usually reads only the
 tool names. Walking the policy's AST from the rule through every rule and function it refers
 to (in any package, through imports) gives the set of `input.<field>` it may read; an answer
 keyed on those fields (the policy revision aside) is the answer for any input that agrees on
-them.
+them. The same paths give the engine only what the rule reads (`project`): regorus parses the
+input it is given, so a call decision's input without its ids and hashes is set faster.
+
+A read is a path: `input.session.calls_by_tool[input.tool.name]` reads
+`session.calls_by_tool` (whole: the key is not a constant) and `tool.name`; `input.call` used
+as a value reads the whole call.
 
 The walk over-approximates, and gives up (None: do not cache) on what it cannot bound: the
 whole `input` used as a value, `input[<expression>]`, the whole `data` document, and builtins
@@ -28,6 +34,34 @@ NONDETERMINISTIC = frozenset(
 )
 
 RuleKey = tuple[str, str]  # (package as "data.a.b", rule name)
+Path = tuple[str, ...]  # input.a.b read as ("a", "b"); at least one field
+# The fields a rule reads as a tree: {"call": {"args": {}}, "tool": {}}; an empty subtree is
+# the whole value at that key.
+Shape = dict[str, "Shape"]
+
+
+def project(document: dict[str, Any], shape: Shape) -> dict[str, Any]:
+    """`document` cut to `shape`: what a rule reading only those paths can tell apart. An
+    absent field stays absent (undefined is not null in Rego); a value that is not an object
+    where the shape goes deeper is kept whole (a field of it reads as undefined either way)."""
+    out: dict[str, Any] = {}
+    for key, deeper in shape.items():
+        if key in document:
+            value = document[key]
+            out[key] = project(value, deeper) if deeper and isinstance(value, dict) else value
+    return out
+
+
+def shape_of(paths: tuple[Path, ...]) -> Shape:
+    """The tree of `paths`; a path that another one extends keeps the whole value."""
+    shape: Shape = {}
+    for path in sorted(paths, key=len):
+        node = shape
+        for key in path:
+            if key in node and not node[key]:
+                break  # a shorter path already reads the whole value
+            node = node.setdefault(key, {})
+    return shape
 
 
 class _Unbounded(Exception):
@@ -36,7 +70,7 @@ class _Unbounded(Exception):
 
 @dataclass
 class _Rule:
-    reads: set[str] = field(default_factory=set)
+    reads: set[Path] = field(default_factory=set)
     refers: set[RuleKey] = field(default_factory=set)
 
 
@@ -75,8 +109,18 @@ class ReadsAnalysis:
     def input_fields(self, rule: str) -> tuple[str, ...] | None:
         """Top-level input fields `rule` (e.g. "data.sidecar.visible_tools") may read, sorted,
         or None when they cannot be bounded."""
+        paths = self.input_paths(rule)
+        return None if paths is None else tuple(sorted({path[0] for path in paths}))
+
+    def input_shape(self, rule: str) -> Shape | None:
+        """The tree of what `rule` may read (see `project`), or None when it cannot be bounded."""
+        paths = self.input_paths(rule)
+        return None if paths is None else shape_of(paths)
+
+    def input_paths(self, rule: str) -> tuple[Path, ...] | None:
+        """Every input path `rule` may read, sorted, or None when they cannot be bounded."""
         package, _, name = rule.rpartition(".")
-        reads: set[str] = set()
+        reads: set[Path] = set()
         seen: set[RuleKey] = set()
         todo: deque[RuleKey] = deque([(package, name)])
         while todo:
@@ -152,7 +196,8 @@ class ReadsAnalysis:
         if root == "input":
             if not path or path[0] is None:
                 raise _Unbounded
-            facts.reads.add(path[0])
+            end = path.index(None) if None in path else len(path)
+            facts.reads.add(tuple(str(part) for part in path[:end]))
         elif root == "data":
             self._data(path, facts)
         elif root in self.rules.get(module.package, ()):

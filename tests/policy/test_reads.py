@@ -10,7 +10,7 @@ import pytest
 
 from sidecar.policy import EmbeddedEngine
 from sidecar.policy.loader import compile_bundle, read_bundle
-from sidecar.policy.reads import ReadsAnalysis
+from sidecar.policy.reads import ReadsAnalysis, project, shape_of
 from tests.policy.conftest import settings
 from tests.policy.test_reload import wait_for
 
@@ -35,6 +35,59 @@ def test_shipped_library_reads(policies: str | None) -> None:
     assert analysis.input_fields("data.sidecar.result_decision") == ("result", "tool")
     decision = analysis.input_fields("data.sidecar.decision")
     assert decision is not None and {"call", "session", "tool"} <= set(decision)
+    # ... and of those, the paths: no call id, hash or session id reaches the engine.
+    paths = analysis.input_paths("data.sidecar.decision")
+    assert paths is not None
+    assert {("call", "args"), ("session", "calls_by_tool"), ("tool", "name"), ("replay", "count")} <= set(paths)
+    assert not {("call",), ("session",), ("call", "id"), ("call", "args_hash"), ("session", "id")} & set(paths)
+
+
+def test_paths_stop_at_the_first_part_chosen_at_evaluation(tmp_path: Path) -> None:
+    main = HEAD + (
+        "visible_tools contains name if {\n some name in input.tools\n"
+        " input.session.calls_by_tool[name] > 0\n"  # the key is a variable: the whole map
+        ' input["agent"]["labels"].team == "a"\n'  # constant brackets are a path too
+        " x := input.call\n x.id\n"  # the call as a value: all of it
+        " input.call.args.path\n"
+        " input.items[0].name\n"  # a number index: the whole list
+        "}\n"
+    )
+    (tmp_path / "m.rego").write_text(main)
+    analysis = ReadsAnalysis(compile_bundle(read_bundle(str(tmp_path))).engine.ast())
+    assert analysis.input_paths("data.sidecar.visible_tools") == (
+        ("agent", "labels", "team"),
+        ("call",),
+        ("call", "args", "path"),
+        ("items",),
+        ("session", "calls_by_tool"),
+        ("tools",),
+    )
+    assert analysis.input_shape("data.sidecar.visible_tools") == {
+        "agent": {"labels": {"team": {}}},
+        "call": {},
+        "items": {},
+        "session": {"calls_by_tool": {}},
+        "tools": {},
+    }
+
+
+def test_a_projection_keeps_what_a_path_can_tell_apart() -> None:
+    shape = shape_of((("tool", "name"), ("call", "args"), ("session",), ("session", "id")))
+    assert shape == {"tool": {"name": {}}, "call": {"args": {}}, "session": {}}
+    document = {
+        "tool": {"name": "t", "kind": "function"},
+        "call": {"id": "c1", "args": {"a": [1, {"b": None}]}},
+        "session": {"id": "s", "calls_total": 3},
+        "time": "t1",
+    }
+    assert project(document, shape) == {
+        "tool": {"name": "t"},
+        "call": {"args": {"a": [1, {"b": None}]}},
+        "session": {"id": "s", "calls_total": 3},
+    }
+    # absent stays absent, null stays null, and a value that is not an object is kept whole
+    assert project({"tool": {}, "call": None}, shape) == {"tool": {}, "call": None}
+    assert project({"tool": ["name"], "call": "x"}, shape) == {"tool": ["name"], "call": "x"}
 
 
 def test_reads_follow_helpers_packages_and_imports(tmp_path: Path) -> None:
@@ -183,5 +236,28 @@ async def test_a_remembered_answer_tells_an_absent_field_from_a_null_one(tmp_pat
         assert await engine.visible_tools({"session": {"id": "a"}}) == ["absent"]
         assert await engine.visible_tools({"tools": None}) == ["null"]
         assert await engine.visible_tools({}) == ["absent"]
+    finally:
+        await engine.close()
+
+
+async def test_the_shipped_decision_gets_no_ids_and_decides_the_same() -> None:
+    """The shipped library's call decision reaches regorus without the call's id, hash and
+    position or the session's id; the decision is the one the whole input gets."""
+    from sidecar.policy.loader import SAMPLE_CALL
+
+    engine = EmbeddedEngine(settings(), None)
+    try:
+        document = {**SAMPLE_CALL, "tool": {**SAMPLE_CALL["tool"], "name": "transfer"}}
+        compiled = engine._current()
+        assert compiled is not None
+        compiled.engine.set_input(document)
+        whole = compiled.engine.eval_rule("data.sidecar.decision")
+        given = _engine_inputs(engine)
+        decision = await engine.decide(document)
+        assert (decision.allow, decision.reasons, decision.rule) == (whole["allow"], whole["reasons"], whole["rule"])
+        [sent] = given
+        assert "id" not in sent["call"] and "args_hash" not in sent["call"] and "index" not in sent["call"]
+        assert "id" not in sent["session"] and "calls_total" not in sent["session"]
+        assert sent["call"]["args"] == document["call"]["args"] and sent["tool"]["name"] == "transfer"
     finally:
         await engine.close()
