@@ -157,8 +157,13 @@ class LineWriter:
     def put(self, stream: IO[str], text: str) -> None:
         with self._changed:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="sidecar-log-writer", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="sidecar-log-writer", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # no new threads while the interpreter shuts down: write here
+                    self._write(stream, text)
+                    return
+                self._thread = thread
             while self._size >= self.max_pending:
                 self._changed.wait()
             self._pending.append((stream, text))
@@ -225,11 +230,9 @@ class _SidecarHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            line = self.format(record)
+            self.write_line(self.format(record))
         except Exception:
             self.handleError(record)
-            return
-        self.write_line(line)
 
     def write_line(self, line: str) -> None:
         """What `emit` does with a formatted record, for a line `log_event` formatted itself."""

@@ -319,3 +319,15 @@ def test_every_line_is_written_before_the_process_exits() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, check=True)
     assert [orjson.loads(line)["n"] for line in done.stderr.splitlines()] == list(range(3000))
+
+
+def test_without_a_thread_to_write_the_line_is_written_by_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At interpreter shutdown no thread can start: the line is written on the spot."""
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    writer, out = LineWriter(), io.StringIO()
+    writer.put(out, "late\n")
+    assert out.getvalue() == "late\n"
