@@ -2,16 +2,19 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
 
 import orjson
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from sidecar.telemetry.logs import WRITER, LineWriter, configure_logging, log_event
+from sidecar.telemetry.logs import WRITER, LineWriter, configure_logging, log_event, nonblocking_twin
 from sidecar.telemetry.redact import redact_text
 
 
@@ -331,3 +334,73 @@ def test_without_a_thread_to_write_the_line_is_written_by_the_caller(monkeypatch
     writer, out = LineWriter(), io.StringIO()
     writer.put(out, "late\n")
     assert out.getvalue() == "late\n"
+
+
+def _pipe() -> tuple[int, IO[str]]:
+    read_end, write_end = os.pipe()
+    return read_end, os.fdopen(write_end, "w", encoding="utf-8")
+
+
+def _read_all(fd: int, out: list[bytes]) -> None:
+    while chunk := os.read(fd, 65536):
+        out.append(chunk)
+
+
+def test_a_pipe_that_is_read_gets_each_line_on_the_spot() -> None:
+    """To a pipe, lines are written by the caller through a non-blocking twin descriptor:
+    no thread is needed while the reader keeps up."""
+    read_end, stream = _pipe()
+    got: list[bytes] = []
+    reader = threading.Thread(target=_read_all, args=(read_end, got))
+    reader.start()
+    writer = LineWriter()
+    for i in range(200):
+        writer.put(stream, f"line {i} é\n")
+    assert writer._thread is None  # every line went out on the spot
+    assert writer.flush()
+    os.close(writer._twin or -1)
+    stream.close()
+    reader.join(10)
+    assert b"".join(got).decode().splitlines() == [f"line {i} é" for i in range(200)]
+
+
+def test_a_full_pipe_never_blocks_the_caller_and_loses_nothing() -> None:
+    """Nobody reads: the pipe fills (64 KiB), the caller goes on, the rest waits for the thread
+    (which blocks on the pipe, not the caller); once read, every line is there, in order."""
+    read_end, stream = _pipe()
+    writer = LineWriter()
+    lines = [f"{i:06d} " + "x" * 300 + "\n" for i in range(2000)]  # ~600 KB: ten pipes full
+    done = threading.Event()
+
+    def log_all() -> None:
+        for line in lines:
+            writer.put(stream, line)
+        done.set()
+
+    threading.Thread(target=log_all, daemon=True).start()
+    assert done.wait(30), "the caller blocked on a full pipe"
+    assert writer._thread is not None  # the backlog went to the thread
+    got: list[bytes] = []
+    reader = threading.Thread(target=_read_all, args=(read_end, got))
+    reader.start()
+    assert writer.flush(30)
+    for _ in range(3):  # and lines after the backlog go out on the spot again, after it
+        writer.put(stream, "after\n")
+    assert writer.flush()
+    os.close(writer._twin or -1)
+    stream.close()
+    reader.join(10)
+    assert b"".join(got).decode() == "".join(lines) + "after\n" * 3
+
+
+def test_only_pipes_and_terminals_get_a_non_blocking_twin(tmp_path: Path) -> None:
+    with open(tmp_path / "log.txt", "w") as regular:
+        assert nonblocking_twin(regular) is None  # descriptions of a file keep their own offsets
+    assert nonblocking_twin(io.StringIO()) is None
+    read_end, stream = _pipe()
+    twin = nonblocking_twin(stream)
+    assert twin is not None and os.get_blocking(twin) is False
+    assert os.get_blocking(stream.fileno()) is True  # the stream's own descriptor is left blocking
+    for fd in (twin, read_end):
+        os.close(fd)
+    stream.close()
