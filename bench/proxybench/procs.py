@@ -1,5 +1,9 @@
 """The processes a benchmark run starts: each on a free loopback port, its output in a log
-file, its CPU time read from /proc, and every one stopped by its PID when the run ends."""
+file, its CPU time read from /proc, and every one stopped by its PID when the run ends.
+
+Each process writes its output to a pipe, which `cat` copies to the log file: in a container,
+stdout and stderr are pipes to the runtime, and the sidecar writes its log lines to a pipe
+differently than to a regular file (sidecar/telemetry/logs.py)."""
 
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ class Service:
     url: str
     proc: subprocess.Popen[bytes]
     log: Path
+    copier: subprocess.Popen[bytes] | None = None  # the `cat` from the process's pipe to its log
     ready_url: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -82,14 +87,19 @@ class Service:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 5 s: by this process's own PID only."""
-        if self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self.copier is not None:  # the pipe's write end is gone with the process: cat ends
+            try:
+                self.copier.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.copier.kill()
+                self.copier.wait(timeout=5)
 
 
 class Services:
@@ -102,15 +112,20 @@ class Services:
     def spawn(self, name: str, url: str, argv: list[str], env: dict[str, str] | None = None) -> Service:
         log = self.workdir / f"{name}.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                cwd=REPO,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=_environment(env or {}),
-            )
-        service = Service(name, url, proc, log)
+            copier = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=out)
+            assert copier.stdin is not None
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=REPO,
+                    stdin=subprocess.DEVNULL,
+                    stdout=copier.stdin,
+                    stderr=subprocess.STDOUT,
+                    env=_environment(env or {}),
+                )
+            finally:
+                copier.stdin.close()  # the process holds the write end now
+        service = Service(name, url, proc, log, copier=copier)
         self.started.append(service)
         return service
 
