@@ -96,7 +96,7 @@ class _Module:
 
 
 class ReadsAnalysis:
-    """Built once per compiled bundle from the engine's AST; `input_fields` per rule."""
+    """Built once per compiled bundle from the engine's AST; `input_shape` per rule."""
 
     def __init__(self, modules: list[dict[str, Any]]) -> None:
         self.modules = [_Module(m) for m in modules]
@@ -106,19 +106,14 @@ class ReadsAnalysis:
             names.update(rule_name(item) for item in module.items)
         self._facts: dict[RuleKey, _Rule | None] = {}
 
-    def input_fields(self, rule: str) -> tuple[str, ...] | None:
-        """Top-level input fields `rule` (e.g. "data.sidecar.visible_tools") may read, sorted,
-        or None when they cannot be bounded."""
-        paths = self.input_paths(rule)
-        return None if paths is None else tuple(sorted({path[0] for path in paths}))
-
     def input_shape(self, rule: str) -> Shape | None:
         """The tree of what `rule` may read (see `project`), or None when it cannot be bounded."""
         paths = self.input_paths(rule)
         return None if paths is None else shape_of(paths)
 
     def input_paths(self, rule: str) -> tuple[Path, ...] | None:
-        """Every input path `rule` may read, sorted, or None when they cannot be bounded."""
+        """Every input path `rule` (e.g. "data.sidecar.visible_tools") may read, sorted, or None
+        when they cannot be bounded."""
         package, _, name = rule.rpartition(".")
         reads: set[Path] = set()
         seen: set[RuleKey] = set()

@@ -131,6 +131,11 @@ class JsonFormatter(logging.Formatter):
 MAX_PENDING_BYTES = 8 * 1024 * 1024
 
 
+def _encoded(stream: IO[str], text: str) -> bytes:
+    """`text` as the stream itself would write it: its encoding, unencodable characters escaped."""
+    return text.encode(getattr(stream, "encoding", None) or "utf-8", "backslashreplace")
+
+
 def nonblocking_twin(stream: IO[str]) -> int | None:
     """A second open file description of the stream's pipe or terminal, with O_NONBLOCK set on
     it alone (the stream's own descriptor, shared with the processes that gave it, is left as
@@ -184,7 +189,7 @@ class LineWriter:
             line: str | bytes = text
             twin = self._twin_for(stream)
             if twin is not None and not self._pending and not self._writing:
-                data = text.encode(getattr(stream, "encoding", None) or "utf-8", "backslashreplace")
+                data = _encoded(stream, text)
                 try:
                     sent = os.write(twin, data)
                 except BlockingIOError:  # the pipe is full: its reader lags
@@ -259,16 +264,16 @@ class LineWriter:
         flush), else the stream's own write. Bytes are the rest of a line the non-blocking twin
         wrote in part. Logging must never raise: a stream that fails loses these lines, as
         StreamHandler would."""
-        encoding = getattr(stream, "encoding", None) or "utf-8"
         with contextlib.suppress(Exception):
             try:
                 fd = stream.fileno()
             except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: no descriptor
-                stream.write("".join(x if isinstance(x, str) else x.decode(encoding, "replace") for x in lines))
+                # (Bytes come only from a twin, which only a stream with a descriptor has.)
+                stream.write("".join(x for x in lines if isinstance(x, str)))
                 stream.flush()
                 return
             stream.flush()  # anything else wrote to it and left text buffered: that goes first
-            data = b"".join(x if isinstance(x, bytes) else x.encode(encoding, "backslashreplace") for x in lines)
+            data = b"".join(x if isinstance(x, bytes) else _encoded(stream, x) for x in lines)
             while data:
                 data = data[os.write(fd, data) :]
 
@@ -278,7 +283,7 @@ WRITER = LineWriter()
 
 class _SidecarHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler configure_logging installs: its lines go to the stream through `WRITER`,
-    off the caller's thread (the event loop's, mostly)."""
+    which never blocks the caller (the event loop, mostly) on the stream."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
