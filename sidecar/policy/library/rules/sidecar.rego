@@ -58,6 +58,10 @@
 # order written. This is deliberate: regorus pays a few microseconds per rule definition
 # evaluated, and a first-match chain keeps a decision around 40 us where a set of partial
 # rules costs 3x that. Add a rule by inserting a branch at the right place in the chain.
+# For the same reason a branch tests a field of `tool_settings` before it names a helper rule
+# that starts with that same test (`tool_settings.side_effects == false`, not `read_only`):
+# the answer is the same, and a tool without the setting never pays for the helper. Measured
+# in a loop, a read-only tool's decision 19-20 -> 14 us.
 #
 # Only Rego that both regorus 0.13 and OPA 1.x accept is used (docs/policies.md lists it;
 # the test suite runs these rules and their tests on both evaluators).
@@ -81,7 +85,8 @@ tool_settings := s if {
 	s := data.sidecar.unlisted_tool
 } else := {"side_effects": true, "repeatable": false, "allow": true}
 
-# Only an explicit `side_effects: false` makes a tool read-only.
+# Only an explicit `side_effects: false` makes a tool read-only. (`decision` tests the field
+# itself: see Style in the header.)
 read_only if tool_settings.side_effects == false
 
 approval_group := g if {
@@ -199,8 +204,6 @@ approval_setting(key) := v if {
 } else := null
 
 data_problem(section, keys) := sprintf("the policy data for this tool has no valid %s.%s", [section, concat(" and ", keys)])
-
-blocked_rule if tool_settings.blocked_recipients != null
 
 blocked_value := arg(blocked_setting("recipient_arg"))
 
@@ -323,11 +326,13 @@ decision := deny("undeclared", sprintf("tool %s is not declared in this request;
 
 	# Rule schema_pin: the declared schema is not the pinned `schema_hash` (schema_pin deny).
 } else := deny("schema_pin", schema_reason, false) if {
+	tool_settings.schema_hash != null
 	schema_changed
 	schema_pin != "approval"
 
 	# ... or it needs approval (schema_pin approval), which an approval of this call lifts.
 } else := needs_approval("schema_pin", sprintf("%s; it needs approval by group %s", [schema_reason, approval_group])) if {
+	tool_settings.schema_hash != null
 	schema_changed
 	input.approval.status != "approved"
 
@@ -339,23 +344,23 @@ decision := deny("undeclared", sprintf("tool %s is not declared in this request;
 	# Rule blocked_recipient: a recipient at one of `blocked_recipients.domains` is refused
 	# outright: no approval can allow it.
 } else := deny("blocked_recipient", sprintf("%s to an address at %s is refused: that domain is blocked for this tool; use the customer's address on file", [input.tool.name, blocked_address.domain]), false) if {
-	blocked_rule
+	tool_settings.blocked_recipients != null
 	blocked_problem == ""
 	domain_listed(blocked_address.domain, blocked_setting("domains"))
 
 	# ... and a recipient that cannot be checked gets blocked_recipients.on_invalid.
 } else := deny("blocked_recipient", sprintf("%s: %s", [input.tool.name, blocked_problem]), true) if {
-	blocked_rule
+	tool_settings.blocked_recipients != null
 	blocked_problem != ""
 	blocked_on_invalid != "approval"
 } else := needs_approval("blocked_recipient", sprintf("%s: %s; it needs approval by group %s", [input.tool.name, blocked_problem, approval_group])) if {
-	blocked_rule
+	tool_settings.blocked_recipients != null
 	blocked_problem != ""
 	input.approval.status != "approved"
 
 	# Rule read_only: read-only tools are allowed (replays included: running them again is harmless).
 } else := allowed("read_only", [sprintf("%s is read-only", [input.tool.name])]) if {
-	read_only
+	tool_settings.side_effects == false
 
 	# Rule replay: a replay (same tool, same arguments, already ran in this session) of a
 	# side-effecting tool is refused unless the tool is `repeatable`: the sidecar's replay
