@@ -336,7 +336,9 @@ class ResultPolicy(PolicyPhase):
             cause=outcome.cause,
             rule=outcome.rule,
             anomalies=list(outcome.anomalies),
-            detectors=outcome.detectors,
+            # A list, not the dict by kind: a kind is a key the redactor would match
+            # (`secret_in_result` holds "secret") and the line would say [REDACTED].
+            detectors=[{"kind": kind, "names": names} for kind, names in outcome.detectors.items()],
             reasons=list(outcome.reasons),
             bytes=result.size,
             history=record is None,

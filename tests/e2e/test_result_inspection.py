@@ -18,6 +18,7 @@ from sidecar.dialects.openai_chat import OpenAIChatDialect
 from sidecar.filters.result_policy import ResultPolicy
 from sidecar.policy.sources import init_directory
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
+from sidecar.telemetry.logs import JsonFormatter
 from tests.e2e.agents import AGENTS, Agent
 from tests.e2e.clients import openai_client
 from tests.helpers.metrics import scrape
@@ -283,7 +284,10 @@ async def test_logs_name_the_result_never_the_secret(start_sidecar, model, caplo
     assert fields["action"] == "withhold" and fields["applied"] is True
     assert fields["call_id"] == call_id and fields["tool"] == "lookup"
     assert fields["anomalies"] == ["secret_in_result"]
-    assert fields["detectors"] == {"secret_in_result": ["aws_access_key", "key_name"]}
+    assert fields["detectors"] == [{"kind": "secret_in_result", "names": ["aws_access_key", "key_name"]}]
+    # The line as written (redacted): the detectors' names survive, the secret does not.
+    written = json.loads(JsonFormatter().format(line))
+    assert written["detectors"] == [{"kind": "secret_in_result", "names": ["aws_access_key", "key_name"]}]
     assert fields["bytes"] == len(SECRET_RESULT)
     everything = " ".join(str(r.__dict__) for r in caplog.records)
     for secret in SECRETS:
