@@ -405,7 +405,8 @@ class Metrics:
         self.tool_results_rewritten = Counter(
             "sidecar_tool_results_rewritten",
             "Tool results the model did not get as the agent sent them, by tool and action "
-            "(withheld: a notice instead; redacted: matched spans replaced).",
+            "(withheld: a notice instead; redacted: matched spans replaced); counted once, when "
+            "a result is decided: re-sent with the history, it is rewritten again, not counted again.",
             ["tool", "action"],
             registry=r,
         )
