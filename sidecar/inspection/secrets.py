@@ -15,7 +15,9 @@ a log field does, so each net carries guards against what results are full of.
   `secret_key_exclusions` (`secret_name`, `password_policy`, `token_count`). Pagination tokens
   (`next_page_token`), token counts (`max_tokens`) and bare `key` are not credentials. Values
   that only hold a place are skipped: empty, masks (`********`), `null`/`none`/`true`,
-  `[REDACTED]`, `${VAR}`, `{{ var }}`, `<password>`.
+  `[REDACTED]`, `${VAR}`, `{{ var }}`, `<password>`. Key and value are on one line, or, for a
+  key alone at the start of its line, the value on the next, indented one (YAML): source
+  code's `-> Token:` at a line's end is not a key with the next line's first word for its value.
 - **Entropy** (`possible_secret`): a run of 20-256 characters of `[A-Za-z0-9+/=_-]` whose
   longest `-_/+`-separated segment (at least 16 characters) holds digits and letters, has a
   Shannon entropy of at least 0.8 x log2(its length, at most 64) bits per character and is
@@ -92,12 +94,22 @@ SHAPES = REDACTOR_SHAPES + EXTRA_SHAPES
 # A credential-looking key, then `:` or `=`, an optional auth scheme word, and the value:
 # double-quoted (JSON escapes kept whole), single-quoted, or bare. The key fragments only
 # pre-select; `KeyRules` decides. A bare value never starts a JSON object or array (its keys
-# are scanned on their own).
-_KEY_VALUE = (
-    r"(?P<key>[A-Za-z0-9_.\-]{0,40}(?i:pass|secret|key|token|auth|credential|pwd)[A-Za-z0-9_.\-]{0,40})"
-    r"[\"']?\s*[:=]\s*(?:(?i:basic|bearer|token|digest)[ \t]+)?"
-    r"(?:\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"',;&{}\[\]<>\\][^\s\"',;&}<>\\]*))"
-)
+# are scanned on their own). Key and value share a line (JSON, env files, query strings,
+# `key: value` YAML), except for YAML's value on the next line (`wrap`, below): a `-> Token:`
+# ending a line of source code does not take the next line's first word for its value.
+_KEY = r"(?P<key>[A-Za-z0-9_.\-]{0,40}(?i:pass|secret|key|token|auth|credential|pwd)[A-Za-z0-9_.\-]{0,40})"
+_VALUE = r"(?:\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"',;&{}\[\]<>\\][^\s\"',;&}<>\\]*))"
+# YAML may put a mapping's value on the next, indented line (`wrap`): taken only for a key
+# that starts its line (`password:` alone on it), which a line of code does not.
+_KEY_VALUE = _KEY + r"[\"']?[ \t]*[:=][ \t]*(?P<wrap>\r?\n[ \t]+)?(?:(?i:basic|bearer|token|digest)[ \t]+)?" + _VALUE
+
+
+def _starts_line(data: bytes, start: int) -> bool:
+    """Only indentation (and a quote) between the start of its line and `start`. (A wrapped
+    key ends its line, so each line is searched back once at most.)"""
+    line_start = data.rfind(b"\n", 0, start) + 1
+    return not data[line_start:start].strip(b" \t\"'")
+
 
 DEFAULT_SECRET_KEYS: tuple[str, ...] = (
     "password",
@@ -281,6 +293,7 @@ class SecretScanner:
         self._shape_groups = [(shape.name, group_index(self._shapes, shape.name), shape.guard) for shape in SHAPES]
         self._key_value = compile_pattern(_KEY_VALUE)
         self._key_group = group_index(self._key_value, "key")
+        self._wrap_group = group_index(self._key_value, "wrap")
         self._value_groups = [group_index(self._key_value, name) for name in ("dq", "sq", "bare")]
         self._candidates = compile_pattern(rf"[A-Za-z0-9+/=_\-]{{{self.entropy.min_length},}}")
 
@@ -303,9 +316,18 @@ class SecretScanner:
                 break
 
     def _by_key(self, part: int, data: bytes) -> Iterable[Span]:
-        for match in self._key_value.finditer(data):
+        position = 0
+        while (match := self._key_value.search(data, position)) is not None:
+            position = max(match.end(), position + 1)
             start, end = match.span(self._key_group)
-            if not self.keys.credential(data[start:end].decode("utf-8", "replace")):
+            wrapped = match.span(self._wrap_group)[1]
+            credential = self.keys.credential(data[start:end].decode("utf-8", "replace"))
+            if wrapped >= 0 and not (credential and _starts_line(data, start)):
+                # Not a wrapped YAML value: the next line is searched from its start (it
+                # may hold a key of its own, `api_key: ...` under `keys:` or under code).
+                position = wrapped
+                continue
+            if not credential:
                 continue
             for group in self._value_groups:
                 start, end = match.span(group)

@@ -104,6 +104,12 @@ def test_an_unterminated_private_key_runs_to_the_end_of_its_json_string() -> Non
         ("Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz"),
         ('{"access_token": "ya29.a0AfH6SMB", "token_type": "Bearer"}', "ya29.a0AfH6SMB"),
         ('{"token": "opaque-value"}', "opaque-value"),
+        # YAML: a key alone at the start of its line, the value on the next, indented one.
+        ("db:\n  password:\n    hunter2\n", "hunter2"),
+        ("password:\n\thunter2", "hunter2"),
+        # A key on the line after one that only looks wrapped is found all the same.
+        ("keys:\n  password: hunter2\n", "hunter2"),
+        ('def connect(self) -> Token:\n    api_key = "k_9d8s7a6"\n', "k_9d8s7a6"),
     ],
 )
 def test_values_under_credential_keys_are_secrets(text: str, secret: str) -> None:
@@ -124,6 +130,10 @@ def test_values_under_credential_keys_are_secrets(text: str, secret: str) -> Non
         "The password is never shown here.",
         "Passwords must be rotated every 90 days.",
         '{"secretary": "Ms. Moneypenny", "token_count": 7}',
+        # Source code: a type annotation ending a line is not a key whose value is the next
+        # line's first word (a coding agent's file read was withheld as a secret).
+        "    def next_token(self) -> Token:\n        while self.pos < len(self.text):\n",
+        "def login(self) -> Password:\n    return self._make()",
     ],
 )
 def test_credential_key_guards(text: str) -> None:
