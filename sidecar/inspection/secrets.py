@@ -15,9 +15,11 @@ a log field does, so each net carries guards against what results are full of.
   `secret_key_exclusions` (`secret_name`, `password_policy`, `token_count`). Pagination tokens
   (`next_page_token`), token counts (`max_tokens`) and bare `key` are not credentials. Values
   that only hold a place are skipped: empty, masks (`********`), `null`/`none`/`true`,
-  `[REDACTED]`, `${VAR}`, `{{ var }}`, `<password>`. Key and value are on one line, or, for a
-  key alone at the start of its line, the value on the next, indented one (YAML): source
-  code's `-> Token:` at a line's end is not a key with the next line's first word for its value.
+  `[REDACTED]`, `${VAR}`, `{{ var }}`, `<password>`, and unquoted values that are code: a call,
+  a subscript, a dotted name of letters, a type name (`password: str`, `token = get_token()`,
+  `secret = config.secret`). Key and value are on one line, or, for a key alone at the start
+  of its line, the value on the next, indented one (YAML): source code's `-> Token:` at a
+  line's end is not a key with the next line's first word for its value.
 - **Entropy** (`possible_secret`): a run of 20-256 characters of `[A-Za-z0-9+/=_-]` whose
   longest `-_/+`-separated segment (at least 16 characters) holds digits and letters, has a
   Shannon entropy of at least 0.8 x log2(its length, at most 64) bits per character and is
@@ -35,6 +37,7 @@ a log field does, so each net carries guards against what results are full of.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -194,6 +197,22 @@ class KeyRules:
         return not any(word in norm for word in self.exclusions)
 
 
+# A bare value that is code, not a literal: a call, a subscript or generic, a dotted name of
+# letters, a type name (`password: str`, `token = get_token()`, `secret = config.secret`,
+# `api_key: Optional[str]`). Literal secrets have none of these (a token's dotted parts hold
+# digits: `ya29.a0Af…`); a password with brackets is quoted where it is a literal.
+_CODE_VALUE = re.compile(rb"[()\[]|\A[A-Za-z_]+(?:\.[A-Za-z_]+)+\Z")
+_TYPE_NAMES = frozenset(
+    b"str int float bool bytes dict list tuple set object any unknown never void "
+    b"string number boolean bigint Any String Number Boolean Object".split()
+)
+
+
+def code_like(value: bytes) -> bool:
+    """A bare value that reads as code (see `_CODE_VALUE`), not a credential."""
+    return value in _TYPE_NAMES or _CODE_VALUE.search(value) is not None
+
+
 def placeholder(value: bytes) -> bool:
     """A value that only holds a place (nothing to leak)."""
     text = value.decode("utf-8", "replace").strip()
@@ -295,6 +314,7 @@ class SecretScanner:
         self._key_group = group_index(self._key_value, "key")
         self._wrap_group = group_index(self._key_value, "wrap")
         self._value_groups = [group_index(self._key_value, name) for name in ("dq", "sq", "bare")]
+        self._bare_group = self._value_groups[-1]
         self._candidates = compile_pattern(rf"[A-Za-z0-9+/=_\-]{{{self.entropy.min_length},}}")
 
     def scan(self, part: int, data: bytes, budget: list[int]) -> list[Span]:
@@ -332,7 +352,8 @@ class SecretScanner:
             for group in self._value_groups:
                 start, end = match.span(group)
                 if start >= 0:
-                    if not placeholder(data[start:end]):
+                    value = data[start:end]
+                    if not placeholder(value) and not (group == self._bare_group and code_like(value)):
                         yield Span(part, start, end, AnomalyKind.SECRET, "key_name")
                     break
 

@@ -100,6 +100,7 @@ def test_an_unterminated_private_key_runs_to_the_end_of_its_json_string() -> Non
         ("DB_PASSWORD=hunter2\nDB_HOST=db", "hunter2"),
         ("client_secret: 'xyz-123'", "xyz-123"),
         ("https://api.example.com/v1?api_key=abc123&page=2", "abc123"),
+        ("https://api.example.com/v1?token=ya29.a0AfH6SMB&page=2", "ya29.a0AfH6SMB"),
         ("X-Api-Key: k_9d8s7a6", "k_9d8s7a6"),
         ("Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz"),
         ('{"access_token": "ya29.a0AfH6SMB", "token_type": "Bearer"}', "ya29.a0AfH6SMB"),
@@ -134,6 +135,11 @@ def test_values_under_credential_keys_are_secrets(text: str, secret: str) -> Non
         # line's first word (a coding agent's file read was withheld as a secret).
         "    def next_token(self) -> Token:\n        while self.pos < len(self.text):\n",
         "def login(self) -> Password:\n    return self._make()",
+        # Unquoted code after a credential key: types, calls, subscripts, dotted names.
+        "def login(user: str, password: str) -> bool:",
+        "    api_key: str | None = None\n    token: Optional[str] = None",
+        "password = getpass()\nconst token = getToken();",
+        'api_key = os.environ["API_KEY"]\nsecret = config.secret',
     ],
 )
 def test_credential_key_guards(text: str) -> None:
