@@ -16,8 +16,9 @@ a log field does, so each net carries guards against what results are full of.
   (`next_page_token`), token counts (`max_tokens`) and bare `key` are not credentials. Values
   that only hold a place are skipped: empty, masks (`********`), `null`/`none`/`true`,
   `[REDACTED]`, `${VAR}`, `{{ var }}`, `<password>`, and unquoted values that are code: a call,
-  a subscript, a dotted name of letters, a type name (`password: str`, `token = get_token()`,
-  `secret = config.secret`). Key and value are on one line, or, for a key alone at the start
+  a subscript, a dotted name of letters, a type name, the variable the key is named after
+  (`password: str`, `token = get_token()`, `secret = config.secret`, `self.api_key =
+  api_key`). Key and value are on one line, or, for a key alone at the start
   of its line, the value on the next, indented one (YAML): source code's `-> Token:` at a
   line's end is not a key with the next line's first word for its value.
 - **Entropy** (`possible_secret`): a run of 20-256 characters of `[A-Za-z0-9+/=_-]` whose
@@ -208,9 +209,13 @@ _TYPE_NAMES = frozenset(
 )
 
 
-def code_like(value: bytes) -> bool:
-    """A bare value that reads as code (see `_CODE_VALUE`), not a credential."""
-    return value in _TYPE_NAMES or _CODE_VALUE.search(value) is not None
+def code_like(value: bytes, key: str) -> bool:
+    """A bare value that reads as code (see `_CODE_VALUE`), not a credential; or the variable
+    its key is named after (`self.api_key = api_key`, `token=token`)."""
+    if value in _TYPE_NAMES or _CODE_VALUE.search(value) is not None:
+        return True
+    name = normalise_key(key.rsplit(".", 1)[-1])
+    return normalise_key(value.decode("utf-8", "replace")) == name
 
 
 def placeholder(value: bytes) -> bool:
@@ -341,7 +346,8 @@ class SecretScanner:
             position = max(match.end(), position + 1)
             start, end = match.span(self._key_group)
             wrapped = match.span(self._wrap_group)[1]
-            credential = self.keys.credential(data[start:end].decode("utf-8", "replace"))
+            key = data[start:end].decode("utf-8", "replace")
+            credential = self.keys.credential(key)
             if wrapped >= 0 and not (credential and _starts_line(data, start)):
                 # Not a wrapped YAML value: the next line is searched from its start (it
                 # may hold a key of its own, `api_key: ...` under `keys:` or under code).
@@ -353,7 +359,7 @@ class SecretScanner:
                 start, end = match.span(group)
                 if start >= 0:
                     value = data[start:end]
-                    if not placeholder(value) and not (group == self._bare_group and code_like(value)):
+                    if not placeholder(value) and not (group == self._bare_group and code_like(value, key)):
                         yield Span(part, start, end, AnomalyKind.SECRET, "key_name")
                     break
 

@@ -140,6 +140,7 @@ def test_values_under_credential_keys_are_secrets(text: str, secret: str) -> Non
         "    api_key: str | None = None\n    token: Optional[str] = None",
         "password = getpass()\nconst token = getToken();",
         'api_key = os.environ["API_KEY"]\nsecret = config.secret',
+        "        self.api_key = api_key\n        self.refresh_token = refresh_token",
     ],
 )
 def test_credential_key_guards(text: str) -> None:
