@@ -117,8 +117,8 @@ class ResultOutcome:
     redact: frozenset[AnomalyKind] = LOCATED
     rule: str | None = None
     cause: str = "policy"
-    # Which detectors fired, by kind (names only: for the log line).
-    detectors: dict[str, list[str]] = field(default_factory=dict)
+    # Which detectors fired, one {kind, names} per kind (names only: for the log line).
+    detectors: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def weight(self) -> int:
@@ -336,9 +336,7 @@ class ResultPolicy(PolicyPhase):
             cause=outcome.cause,
             rule=outcome.rule,
             anomalies=list(outcome.anomalies),
-            # A list, not the dict by kind: a kind is a key the redactor would match
-            # (`secret_in_result` holds "secret") and the line would say [REDACTED].
-            detectors=[{"kind": kind, "names": names} for kind, names in outcome.detectors.items()],
+            detectors=outcome.detectors,
             reasons=list(outcome.reasons),
             bytes=result.size,
             history=record is None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class AnomalyKind(StrEnum):
@@ -52,14 +53,16 @@ class Inspection:
         if kind not in self.anomalies:
             self.anomalies.append(kind)
 
-    def detectors(self) -> dict[str, list[str]]:
-        """Which detectors fired, by kind (for logs: names only, never the matched text)."""
-        out: dict[str, list[str]] = {}
+    def detectors(self) -> list[dict[str, Any]]:
+        """Which detectors fired: one `{"kind", "names"}` per kind (for logs: names only, never
+        the matched text). A list, not a dict by kind: a kind is a key the log redactor would
+        match (`secret_in_result` holds "secret") and the line would say [REDACTED]."""
+        by_kind: dict[str, list[str]] = {}
         for span in self.spans:
-            names = out.setdefault(span.kind.value, [])
+            names = by_kind.setdefault(span.kind.value, [])
             if span.detector not in names:
                 names.append(span.detector)
-        return out
+        return [{"kind": kind, "names": names} for kind, names in by_kind.items()]
 
     def spans_of(self, kinds: frozenset[AnomalyKind]) -> list[Span]:
         return [span for span in self.spans if span.kind in kinds]

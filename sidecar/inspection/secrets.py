@@ -209,7 +209,7 @@ _TYPE_NAMES = frozenset(
 )
 
 
-def code_like(value: bytes, key: str) -> bool:
+def _code_like(value: bytes, key: str) -> bool:
     """A bare value that reads as code (see `_CODE_VALUE`), not a credential; or the variable
     its key is named after (`self.api_key = api_key`, `token=token`)."""
     if value in _TYPE_NAMES or _CODE_VALUE.search(value) is not None:
@@ -359,7 +359,7 @@ class SecretScanner:
                 start, end = match.span(group)
                 if start >= 0:
                     value = data[start:end]
-                    if not placeholder(value) and not (group == self._bare_group and code_like(value, key)):
+                    if not placeholder(value) and not (group == self._bare_group and _code_like(value, key)):
                         yield Span(part, start, end, AnomalyKind.SECRET, "key_name")
                     break
 

@@ -58,10 +58,10 @@
 # order written. This is deliberate: regorus pays a few microseconds per rule definition
 # evaluated, and a first-match chain keeps a decision around 40 us where a set of partial
 # rules costs 3x that. Add a rule by inserting a branch at the right place in the chain.
-# For the same reason a branch tests a field of `tool_settings` before it names a helper rule
-# that starts with that same test (`tool_settings.side_effects == false`, not `read_only`):
-# the answer is the same, and a tool without the setting never pays for the helper. Measured
-# in a loop, a read-only tool's decision 19-20 -> 14 us.
+# For the same reason a branch tests the tool setting it depends on itself
+# (`tool_settings.side_effects == false`; `tool_settings.schema_hash != null` before the
+# `schema_changed` helper, which starts with that test): a tool without the setting never pays
+# for a helper rule. Measured in a loop, a read-only tool's decision 19-20 -> 14 us.
 #
 # Only Rego that both regorus 0.13 and OPA 1.x accept is used (docs/policies.md lists it;
 # the test suite runs these rules and their tests on both evaluators).
@@ -84,10 +84,6 @@ tool_settings := s if {
 } else := s if {
 	s := data.sidecar.unlisted_tool
 } else := {"side_effects": true, "repeatable": false, "allow": true}
-
-# Only an explicit `side_effects: false` makes a tool read-only. (`decision` tests the field
-# itself: see Style in the header.)
-read_only if tool_settings.side_effects == false
 
 approval_group := g if {
 	g := tool_settings.approval.group
@@ -358,7 +354,8 @@ decision := deny("undeclared", sprintf("tool %s is not declared in this request;
 	blocked_problem != ""
 	input.approval.status != "approved"
 
-	# Rule read_only: read-only tools are allowed (replays included: running them again is harmless).
+	# Rule read_only: read-only tools are allowed (replays included: running them again is
+	# harmless). Only an explicit `side_effects: false` makes a tool read-only.
 } else := allowed("read_only", [sprintf("%s is read-only", [input.tool.name])]) if {
 	tool_settings.side_effects == false
 
