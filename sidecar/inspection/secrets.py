@@ -38,7 +38,6 @@ a log field does, so each net carries guards against what results are full of.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -202,7 +201,7 @@ class KeyRules:
 # letters, a type name (`password: str`, `token = get_token()`, `secret = config.secret`,
 # `api_key: Optional[str]`). Literal secrets have none of these (a token's dotted parts hold
 # digits: `ya29.a0Af…`); a password with brackets is quoted where it is a literal.
-_CODE_VALUE = re.compile(rb"[()\[]|\A[A-Za-z_]+(?:\.[A-Za-z_]+)+\Z")
+_CODE_VALUE = compile_pattern(r"[()\[]|\A[A-Za-z_]+(?:\.[A-Za-z_]+)+\z")  # RE2, as every net here
 _TYPE_NAMES = frozenset(
     b"str int float bool bytes dict list tuple set object any unknown never void "
     b"string number boolean bigint Any String Number Boolean Object".split()
