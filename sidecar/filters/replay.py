@@ -40,7 +40,6 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from sidecar.config import Settings
@@ -51,15 +50,12 @@ from sidecar.model import SessionSource, ToolCall, Verdict, VerdictKind
 from sidecar.policy.traits import ToolTraits
 from sidecar.state import CallRecord, StateStore, StateUnavailable, may_proceed_without_state
 from sidecar.telemetry.metrics import Metrics
+from sidecar.timefmt import iso_utc
 
 log = logging.getLogger("sidecar.replay")
 
 CALL_ID_REUSED = "call_id_reused"  # the model delivered a known call id with other arguments
 _FAIL_OPEN_LOG_EVERY_S = 60.0
-
-
-def rfc3339(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def call_replay_key(session: str, call: ToolCall) -> str:
@@ -76,7 +72,7 @@ def replay_verdict(call: ToolCall, first: CallRecord, why: str = "already run", 
     """
     if not shared:
         return _unshared_verdict(call, why)
-    at = rfc3339(first.delivered_at)
+    at = iso_utc(first.delivered_at)
     if first.result is None:
         told = "its result has not arrived yet"
     else:
@@ -183,7 +179,7 @@ class ReplayFilter(Filter):
             return
         first = found.first
         if first is not None and first.call_id != call.id:
-            check.replay.count, check.replay.first_seen = first.count, rfc3339(first.first_seen)
+            check.replay.count, check.replay.first_seen = first.count, iso_utc(first.first_seen)
 
     async def on_call(self, check: CallCheck) -> Verdict | None:
         call = check.call
