@@ -104,6 +104,14 @@ def bench_embedded(directory: Path, docs: list[dict[str, Any]], n: int) -> list[
     return samples
 
 
+def embedded_p50_us(n: int) -> float:
+    """Median µs of `n` embedded decisions of the shipped rules over the mixed inputs: what
+    issue 16's target (<= 50 µs per call decision) judges; `run.py` reports it too."""
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        return statistics.median(bench_embedded(directory, inputs(make_policies(directory)), n)) / 1000
+
+
 async def bench_opa_stub(directory: Path, docs: list[dict[str, Any]], n: int) -> list[int]:
     runner = web.AppRunner(make_app(str(directory)), access_log=None)
     await runner.setup()

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import itertools
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -59,45 +60,70 @@ def verdict(readings: list[tuple[int, float]], seconds: float, errors: int) -> s
     )
 
 
-async def drive(sidecar: Service, sessions: int, every: int, minutes: float) -> None:
+@dataclass(slots=True)
+class Run:
+    """RSS readings (sessions so far, MiB) of one run, how long it lasted, and failed requests."""
+
+    readings: list[tuple[int, float]] = field(default_factory=list)
+    seconds: float = 0.0
+    errors: int = 0
+
+    def worst_mb_after(self, sessions: int = TARGET_SESSIONS) -> float | None:
+        """The highest RSS (MB, 10^6 bytes) from `sessions` sessions on; None before that."""
+        after = [mib for n, mib in self.readings if n >= sessions]
+        return max(after) * MIB / 1e6 if after else None
+
+
+async def drive(sidecar: Service, sessions: int, every: int, minutes: float, echo: bool = True) -> Run:
     """`sessions` new sessions at least, and more until the run has lasted `minutes`."""
     body = body_bytes(Api.ANTHROPIC, False)
     url = f"{sidecar.url}/v1/messages"
     numbers = itertools.count()
-    done = errors = 0
+    done = 0
+    run = Run([(0, rss_mib(sidecar.pid))])
     started = time.monotonic()
-    readings = [(0, rss_mib(sidecar.pid))]
-    print(f"{0:>8} sessions  RSS {readings[0][1]:7.1f} MiB", flush=True)
+    if echo:
+        print(f"{0:>8} sessions  RSS {run.readings[0][1]:7.1f} MiB", flush=True)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONNECTIONS)) as http:
 
         async def loop() -> None:
-            nonlocal done, errors
+            nonlocal done
             for n in numbers:
                 if n >= sessions and time.monotonic() - started >= minutes * 60:
                     return
                 headers = {**HEADERS, "X-Sidecar-Session": f"bench-session-{n}"}
                 async with http.post(url, data=body, headers=headers) as reply:
                     await reply.read()
-                    errors += reply.status != 200
+                    run.errors += reply.status != 200
                 done += 1
                 if done % every == 0 or done == TARGET_SESSIONS:
                     seconds = time.monotonic() - started
-                    readings.append((done, rss_mib(sidecar.pid)))
-                    print(
-                        f"{done:>8} sessions  RSS {readings[-1][1]:7.1f} MiB  {errors} errors  "
-                        f"{done / seconds:6.0f} req/s",
-                        flush=True,
-                    )
+                    run.readings.append((done, rss_mib(sidecar.pid)))
+                    if echo:
+                        print(
+                            f"{done:>8} sessions  RSS {run.readings[-1][1]:7.1f} MiB  {run.errors} errors  "
+                            f"{done / seconds:6.0f} req/s",
+                            flush=True,
+                        )
 
         await asyncio.gather(*(loop() for _ in range(CONNECTIONS)))
-    print(verdict(readings, time.monotonic() - started, errors), flush=True)
+    run.seconds = time.monotonic() - started
+    return run
+
+
+async def rss_after_sessions(policies: str, sessions: int = TARGET_SESSIONS) -> Run:
+    """A fresh sidecar (default limits) through `sessions` new sessions: `run.py` judges the
+    RSS point of the memory target with it (the 10 minutes of flatness need `--minutes 10`)."""
+    async with mock_and_sidecar("sidecar-sessions-", policies) as (_mock, sidecar):
+        return await drive(sidecar, sessions, max(1, sessions // 4), 0.0, echo=False)
 
 
 async def main(sessions: int, every: int, minutes: float, policies: str, max_entries: int | None) -> None:
     check_turn()
     state: dict[str, object] = {} if max_entries is None else {"max_entries_total": max_entries}
     async with mock_and_sidecar("sidecar-sessions-", policies, state) as (_mock, sidecar):
-        await drive(sidecar, sessions, every, minutes)
+        run = await drive(sidecar, sessions, every, minutes)
+    print(verdict(run.readings, run.seconds, run.errors), flush=True)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,15 @@ def measure(lockdown: Lockdown, decl: ToolDeclaration, args: dict[str, Any], n: 
     return samples
 
 
+def valid_call_median_us(n: int) -> float:
+    """Median µs of `n` checks of a valid call against the 20-property schema (after a warm-up):
+    what issue 16's target (<= 5 µs per valid call) judges; `run.py` reports it too."""
+    decl = ToolDeclaration.create("search_orders", SCHEMA)
+    lockdown = Lockdown()
+    measure(lockdown, decl, VALID, 1000)
+    return statistics.median(measure(lockdown, decl, VALID, n))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=20_000)

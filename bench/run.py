@@ -13,9 +13,13 @@ Each runs as its own process on a free loopback port; CPU per request is read fr
 pre-flight proves that every target returns the model's tool calls unchanged (read by the
 official SDKs) with no repair round, else the run aborts. Then, per scenario: c=1 with the
 targets interleaved request by request (latency, first byte), and a closed loop at c=64 per
-target, back to back (throughput, CPU). The report prints the table, the issue-16 targets
-(met / missed) and the ratios sidecar ÷ forwarder and sidecar ÷ direct; it never fails on
-slow numbers. The machine is shared and noisy: compare within one run, prefer the ratios.
+target, back to back (throughput, CPU). Then the targets the table does not show: paced
+streams through the same sidecar (how soon each text event is forwarded, proxybench/paced.py),
+the policy and validation loops of bench_policy.py and bench_validation.py, and, in the full
+run, the RSS of a fresh sidecar after 100,000 new sessions (bench_sessions.py; its 10 minutes of
+flatness need `bench_sessions.py --minutes 10`). The report prints the table, every issue-16
+target (met / missed) and the ratios sidecar ÷ forwarder and sidecar ÷ direct; it never fails
+on slow numbers. The machine is shared and noisy: compare within one run, prefer the ratios.
 
 Run: .venv/bin/python bench/run.py [--quick] [--json FILE] [--policies SPEC] [--workers N]
 """
@@ -36,9 +40,13 @@ from typing import Any
 
 import aiohttp
 import orjson
+from bench_policy import embedded_p50_us
+from bench_sessions import TARGET_SESSIONS, rss_after_sessions
+from bench_validation import valid_call_median_us
 from proxybench import report
 from proxybench.bodies import Api, body_bytes, check_turn
 from proxybench.load import Request, Series, closed_loop, interleaved
+from proxybench.paced import per_event
 from proxybench.preflight import PreflightError, check_sidecar_metrics, check_target
 from proxybench.procs import Service, Services, StartError
 from proxybench.report import CONCURRENCY, DIRECT, FORWARDER, SCENARIOS, SIDECAR, TARGET_NAMES, TRACED, Measured
@@ -55,10 +63,26 @@ class Plan:
     c1_warmup: int
     c64_n: int
     c64_max_s: float
+    paced_n: int  # paced streams per API each way (direct, sidecar)
+    loop_n: int  # policy decisions and validations in the component loops
+    rss_sessions: int  # new sessions for the RSS target (0: not measured)
 
 
-QUICK = Plan("quick", c1_n=120, c1_max_s=3.0, c1_warmup=10, c64_n=1200, c64_max_s=1.2)
-FULL = Plan("full", c1_n=1000, c1_max_s=25.0, c1_warmup=50, c64_n=5000, c64_max_s=8.0)
+QUICK = Plan(
+    "quick", c1_n=120, c1_max_s=3.0, c1_warmup=10, c64_n=1200, c64_max_s=1.2, paced_n=3, loop_n=3000, rss_sessions=0
+)
+FULL = Plan(
+    "full",
+    c1_n=1000,
+    c1_max_s=25.0,
+    c1_warmup=50,
+    c64_n=5000,
+    c64_max_s=8.0,
+    paced_n=20,
+    loop_n=20000,
+    rss_sessions=TARGET_SESSIONS,
+)
+PACE_MS = 2.0
 
 HEADERS = {
     Api.ANTHROPIC: {"x-api-key": "sk-bench-not-a-key", "anthropic-version": "2023-06-01"},
@@ -149,6 +173,44 @@ async def measure(targets: dict[str, Service], plan: Plan) -> list[Measured]:
     return out
 
 
+async def paced(targets: dict[str, Service], plan: Plan) -> list[dict[str, Any]]:
+    """Per API, how soon the sidecar forwards each event of a paced stream (proxybench/paced.py)."""
+    out: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+        for api in Api:
+            found = await per_event(http, targets[DIRECT].url, targets[SIDECAR].url, api, plan.paced_n, PACE_MS)
+            out.append(
+                {
+                    "api": api.name.lower(),
+                    "label": api.label,
+                    "worst_text_ms": found.worst_text_ms,
+                    "first_event_ms": found.added_ms[0],
+                    "events": len(found.added_ms),
+                    "line": found.line(),
+                }
+            )
+            log(f"  {api.label} paced stream: worst text event +{found.worst_text_ms:.3f} ms")
+    return out
+
+
+async def components(plan: Plan, policies: str, paced_found: list[dict[str, Any]]) -> dict[str, Any]:
+    """The targets the scenario table does not show, each judged by this same command: the
+    paced streams (measured while the targets run), then the policy and validation loops and
+    the RSS after 100,000 sessions (a fresh sidecar of its own; full mode), on a machine the
+    targets no longer load."""
+    found: dict[str, Any] = {"paced": paced_found}
+    found["policy_p50_us"] = embedded_p50_us(plan.loop_n)
+    found["validation_median_us"] = valid_call_median_us(plan.loop_n)
+    log(f"  policy p50 {found['policy_p50_us']:.1f} µs, validation median {found['validation_median_us']:.1f} µs")
+    if plan.rss_sessions:
+        log(f"  {plan.rss_sessions:,} new sessions through a fresh sidecar (RSS) ...")
+        rss = await rss_after_sessions(policies, plan.rss_sessions)
+        found["rss_mb_after_100k_sessions"] = rss.worst_mb_after()
+        found["rss_errors"] = rss.errors
+        found["rss_seconds"] = round(rss.seconds, 1)
+    return found
+
+
 def _mock_share(c1: dict[str, Series]) -> None:
     """At c=1 the mock serves every target's requests: charge `direct` its share only."""
     total = sum(series.completed for series in c1.values())
@@ -179,12 +241,15 @@ async def run(plan: Plan, policies: str, workers: int) -> dict[str, Any]:
                 log(f"  ok  {line}")
             log(f"measuring ({plan.name}) ...")
             measured = await measure(targets, plan)
+            paced_found = await paced(targets, plan)
         finally:
             services.stop_all()
+        found = await components(plan, policies, paced_found)
     rows = [report.row(m, name) for m in measured for name in TARGET_NAMES]
-    result.update(rows=rows, targets=report.targets(rows), ratios=report.ratios(rows))
+    result.update(rows=rows, targets=report.targets(rows) + report.component_targets(found), ratios=report.ratios(rows))
+    result["components"] = found
     result["scaling"] = report.scaling(measured, workers) if workers > 1 else []
-    result["not_measured"] = list(report.NOT_MEASURED)
+    result["not_measured"] = report.not_measured(bool(plan.rss_sessions))
     result["wall_s"] = round(time.monotonic() - started, 1)
     return result
 

@@ -1,5 +1,6 @@
 """`bench/run.py --quick` reports: every scenario and target measured, every issue-16 target
-judged met or missed, the pre-flight passed. It never asserts a number's size (the machine is
+judged met or missed (the table's, the paced streams', the policy and validation loops'), the
+pre-flight passed. It never asserts a number's size (the machine is
 shared and noisy; the benchmark reports, it does not fail on slowness)."""
 
 from __future__ import annotations
@@ -54,7 +55,19 @@ def test_quick_run_reports_every_row_and_target(tmp_path: Path) -> None:
             assert _numeric(row[column]), (key, column, row[column])
 
     judged = result["targets"]
-    assert len(judged) == 16  # 8 targets, each for Anthropic and Chat
+    # 8 table targets and the paced stream's, each for Anthropic and Chat; policy; validation.
+    # The RSS after 100,000 sessions is the full run's: quick says it did not measure it.
+    assert len(judged) == 16 + 2 + 2
+    assert [t["target"] for t in judged[16:]] == [
+        "Anthropic, paced stream: each text event forwarded",
+        "Chat, paced stream: each text event forwarded",
+        "embedded policy, per call decision (p50)",
+        "validation, per valid call (median)",
+    ]
+    assert any("RSS after 100,000 sessions" in item for item in result["not_measured"])
+    paced = {p["api"]: p for p in result["components"]["paced"]}
+    assert set(paced) == {"anthropic", "chat"}
+    assert all(p["events"] > 10 and _numeric(p["worst_text_ms"]) for p in paced.values()), paced
     assert {t["status"] for t in judged} <= {"met", "missed"}
     assert all(_numeric(t["measured"]) for t in judged), judged
     assert {(r["scenario"], r["target"]) for r in result["ratios"]} == {
@@ -69,6 +82,11 @@ def test_quick_run_reports_every_row_and_target(tmp_path: Path) -> None:
 
     # The printed report carries the same: the table, one met/missed line per target.
     assert "req/s c=64" in done.stdout
-    lines = [line.split()[0] for line in done.stdout.splitlines() if ", c=" in line or "CPU per request" in line]
-    assert len(lines) == 16 and set(lines) <= {"met", "missed"}, done.stdout
+    judged_lines = ("c=", "CPU per request", "paced stream:", "policy, per call", "validation, per valid call")
+    lines = [
+        line.split()[0]
+        for line in done.stdout.splitlines()
+        if line.startswith("  m") and any(marker in line for marker in judged_lines)
+    ]
+    assert len(lines) == 20 and set(lines) <= {"met", "missed"}, done.stdout
     assert "`sidecar run --workers 2` (SQLite state) against one process" in done.stdout
