@@ -27,11 +27,12 @@ from pathlib import Path
 import aiohttp
 from proxybench.bodies import Api, body_bytes, check_turn
 from proxybench.procs import Service
+from proxybench.report import RSS_MB
 from proxybench.targets import mock_and_sidecar
 
 HEADERS = {"x-api-key": "sk-bench-not-a-key", "anthropic-version": "2023-06-01", "content-type": "application/json"}
 CONNECTIONS = 48
-TARGET_SESSIONS, TARGET_MB, TARGET_S = 100_000, 150.0, 600.0  # issue 16: RSS <= 150 MB, flat for 10 min
+TARGET_SESSIONS, TARGET_MB, TARGET_S = 100_000, RSS_MB, 600.0  # issue 16: RSS <= 150 MB, flat for 10 min
 MIB = 1024 * 1024
 
 
@@ -40,24 +41,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def verdict(readings: list[tuple[int, float]], seconds: float, errors: int) -> str:
-    """The memory target, judged from the readings (sessions, MiB) of one run: every RSS from
-    100,000 sessions on within 150 MB (10^6 bytes), over a run of at least 10 minutes."""
-    after = [mib for n, mib in readings if n >= TARGET_SESSIONS]
-    if not after:
-        return f"target RSS <= {TARGET_MB:.0f} MB after {TARGET_SESSIONS:,} sessions: not shown (fewer sessions)"
-    worst_mb = max(after) * MIB / 1e6
-    met = worst_mb <= TARGET_MB and seconds >= TARGET_S and errors == 0
-    shown = "met" if met else "missed"
-    if worst_mb <= TARGET_MB and (seconds < TARGET_S or errors):
-        shown = "not shown (" + ("errors" if errors else "the run was shorter than 10 minutes") + ")"
-    return (
-        f"target RSS <= {TARGET_MB:.0f} MB after {TARGET_SESSIONS:,} sessions, flat for 10 minutes: {shown}; "
-        f"from {TARGET_SESSIONS:,} sessions on: {min(after):.1f}-{max(after):.1f} MiB "
-        f"(at most {worst_mb:.1f} MB) over a run of {seconds / 60:.1f} minutes"
-    )
 
 
 @dataclass(slots=True)
@@ -72,6 +55,25 @@ class Run:
         """The highest RSS (MB, 10^6 bytes) from `sessions` sessions on; None before that."""
         after = [mib for n, mib in self.readings if n >= sessions]
         return max(after) * MIB / 1e6 if after else None
+
+
+def verdict(run: Run) -> str:
+    """The memory target, judged from one run's readings: every RSS from 100,000 sessions on
+    within 150 MB (10^6 bytes), over a run of at least 10 minutes, with no failed request."""
+    worst_mb = run.worst_mb_after()
+    if worst_mb is None:
+        return f"target RSS <= {TARGET_MB:.0f} MB after {TARGET_SESSIONS:,} sessions: not shown (fewer sessions)"
+    after = [mib for n, mib in run.readings if n >= TARGET_SESSIONS]
+    seconds, errors = run.seconds, run.errors
+    met = worst_mb <= TARGET_MB and seconds >= TARGET_S and errors == 0
+    shown = "met" if met else "missed"
+    if worst_mb <= TARGET_MB and (seconds < TARGET_S or errors):
+        shown = "not shown (" + ("errors" if errors else "the run was shorter than 10 minutes") + ")"
+    return (
+        f"target RSS <= {TARGET_MB:.0f} MB after {TARGET_SESSIONS:,} sessions, flat for 10 minutes: {shown}; "
+        f"from {TARGET_SESSIONS:,} sessions on: {min(after):.1f}-{max(after):.1f} MiB "
+        f"(at most {worst_mb:.1f} MB) over a run of {seconds / 60:.1f} minutes"
+    )
 
 
 async def drive(sidecar: Service, sessions: int, every: int, minutes: float, echo: bool = True) -> Run:
@@ -123,7 +125,7 @@ async def main(sessions: int, every: int, minutes: float, policies: str, max_ent
     state: dict[str, object] = {} if max_entries is None else {"max_entries_total": max_entries}
     async with mock_and_sidecar("sidecar-sessions-", policies, state) as (_mock, sidecar):
         run = await drive(sidecar, sessions, every, minutes)
-    print(verdict(run.readings, run.seconds, run.errors), flush=True)
+    print(verdict(run), flush=True)
 
 
 if __name__ == "__main__":

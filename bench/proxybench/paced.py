@@ -30,7 +30,6 @@ HEADERS = {
 }
 # What marks the first tool call of a stream in each API's event data.
 FIRST_CALL = {Api.ANTHROPIC: b'"tool_use"', Api.CHAT: b'"tool_calls"'}
-TARGET_MS = 0.3  # issue 16: each text event forwarded within 0.3 ms of its arrival
 
 
 @dataclass(frozen=True, slots=True)

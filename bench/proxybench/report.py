@@ -88,11 +88,6 @@ class Target:
     unit: str
     at_least: bool = False
 
-    def judge(self, value: float | None) -> Status:
-        if value is None:
-            return Status.MISSED  # nothing measured is not a target met
-        return Status.MET if (value >= self.limit if self.at_least else value <= self.limit) else Status.MISSED
-
 
 TARGETS = (
     Target("c=1 whole reply: added p50", False, "added_p50_ms", 0.8, "ms"),
@@ -109,15 +104,17 @@ RSS_IN_FULL_MODE_ONLY = "RSS after 100,000 sessions (the full run measures it: a
 PACED_MS, POLICY_US, VALIDATION_US, RSS_MB = 0.3, 50.0, 5.0, 150.0
 
 
-def _judged(target: str, measured: float | None, limit: float, unit: str) -> dict[str, Any]:
-    status = Status.MET if measured is not None and not math.isnan(measured) and measured <= limit else Status.MISSED
+def _judged(target: str, measured: float | None, limit: float, unit: str, at_least: bool = False) -> dict[str, Any]:
+    """One target's report entry; nothing measured (None, NaN) is never a target met."""
+    value = None if measured is None or math.isnan(measured) else round(measured, 4)
+    met = value is not None and (value >= limit if at_least else value <= limit)
     return {
         "target": target,
-        "measured": None if measured is None or math.isnan(measured) else round(measured, 4),
+        "measured": value,
         "limit": limit,
         "unit": unit,
-        "comparison": "<=",
-        "status": status.value,
+        "comparison": ">=" if at_least else "<=",
+        "status": (Status.MET if met else Status.MISSED).value,
     }
 
 
@@ -131,7 +128,7 @@ def component_targets(components: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     out.append(_judged("embedded policy, per call decision (p50)", components["policy_p50_us"], POLICY_US, "µs"))
     out.append(_judged("validation, per valid call (median)", components["validation_median_us"], VALIDATION_US, "µs"))
-    if components.get("rss_mb_after_100k_sessions") is not None or "rss_errors" in components:
+    if "rss_errors" in components:  # measured (full mode); a run with failed requests proves nothing
         out.append(
             _judged(
                 "RSS after 100,000 sessions (default ledger limits)",
@@ -179,18 +176,14 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if scenario.stream != target.stream:
                 continue
             found = next(r for r in rows if r["scenario"] == scenario.key and r["target"] == SIDECAR)
-            value = found[target.column]
-            out.append(
-                {
-                    "target": f"{scenario.api.label}, {target.description}",
-                    "scenario": scenario.key,
-                    "measured": value,
-                    "limit": target.limit,
-                    "unit": target.unit,
-                    "comparison": ">=" if target.at_least else "<=",
-                    "status": target.judge(value).value,
-                }
+            judged = _judged(
+                f"{scenario.api.label}, {target.description}",
+                found[target.column],
+                target.limit,
+                target.unit,
+                target.at_least,
             )
+            out.append({**judged, "scenario": scenario.key})
     return out
 
 
