@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import orjson
 
@@ -185,6 +187,54 @@ def declaration_hash(declaration: ToolDeclaration) -> str:
     if declaration.annotations:
         document["annotations"] = declaration.annotations
     return sha256_hex(canonical_json(document))
+
+
+class ToolList(dict[str, ToolDeclaration]):
+    """The client tools of one distinct tool list, by name: read once, then shared by every
+    request that declares the same list (the dialects' `declarations`). Never edited: a filter
+    that narrows a request's tools makes a new mapping.
+
+    Being one object per list is the point: work done per list rather than per request (metric
+    labels, the tool inventory) is remembered by its identity (`PerToolList`), which is free,
+    where recognising the list by its contents would walk it: the very work saved."""
+
+    __slots__ = ("__weakref__",)
+
+    def _read_only(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a ToolList is shared by every request that declares it: copy it to edit")
+
+    __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = __ior__ = _read_only  # type: ignore[assignment]
+
+
+V = TypeVar("V")
+
+
+class PerToolList(Generic[V]):
+    """A value remembered per `ToolList`, by identity, for as long as the list lives.
+
+    Weakly held (a list the dialects' cache evicts is not kept alive here) and bounded by
+    count: entries of lists gone are dropped whenever the memo fills up."""
+
+    __slots__ = ("_entries", "max_entries")
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[int, tuple[weakref.ref[ToolList], V]] = {}
+
+    def get(self, tools: Mapping[str, ToolDeclaration]) -> V | None:
+        """The value remembered for `tools`; None if none is, or `tools` is not a `ToolList`."""
+        entry = self._entries.get(id(tools))
+        return entry[1] if entry is not None and entry[0]() is tools else None
+
+    def put(self, tools: Mapping[str, ToolDeclaration], value: V) -> None:
+        """Remember `value` for `tools` (nothing is remembered for another kind of mapping)."""
+        if not isinstance(tools, ToolList):
+            return
+        if len(self._entries) >= self.max_entries:
+            self._entries = {key: entry for key, entry in self._entries.items() if entry[0]() is not None}
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+        self._entries[id(tools)] = (weakref.ref(tools), value)
 
 
 @dataclass(slots=True)
@@ -388,7 +438,8 @@ class RequestView:
 
     model: str = ""
     stream: bool = False
-    declarations: dict[str, ToolDeclaration] = field(default_factory=dict)
+    # Read-only: requests that declare the same tool list share one `ToolList`.
+    declarations: Mapping[str, ToolDeclaration] = field(default_factory=dict)
     results: list[ToolResult] = field(default_factory=list)
     echoed_calls: list[EchoedCall] = field(default_factory=list)
     # The provider's user field (`metadata.user_id`, `user`, `prompt_cache_key`).

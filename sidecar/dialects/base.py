@@ -11,7 +11,9 @@ from __future__ import annotations
 import copy
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import orjson
@@ -29,6 +31,7 @@ from sidecar.model import (
     TokenUsage,
     ToolCall,
     ToolDeclaration,
+    ToolList,
     ToolResult,
     ToolSpan,
     replace_paths,
@@ -41,7 +44,8 @@ from sidecar.model import (
 # key, and the declarations read from it), whatever an agent sends; a list larger than a tenth
 # of the bound is read every time.
 DECLARATION_CACHE_BYTES = 16 * 1024 * 1024
-_DECLARATIONS: LRUCache[tuple[str, bytes], tuple[dict[str, ToolDeclaration], int]] = LRUCache(
+_NO_DECLARATIONS: Mapping[str, ToolDeclaration] = MappingProxyType({})
+_DECLARATIONS: LRUCache[tuple[str, bytes], tuple[ToolList, int]] = LRUCache(
     DECLARATION_CACHE_BYTES, getsizeof=lambda entry: 2 * entry[1]
 )
 
@@ -316,25 +320,29 @@ class Dialect(ABC):
     # The request keys whose values declare tools (Chat adds legacy `functions`).
     declaring_keys: ClassVar[tuple[str, ...]] = ("tools",)
 
-    def declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
-        """The client tools a request declares, by name (a fresh dict the caller may edit).
+    def declarations(self, body: dict[str, Any]) -> Mapping[str, ToolDeclaration]:
+        """The client tools a request declares, by name, read-only.
 
         Read once per distinct tool list: later requests that declare the same list (the same
-        JSON) share the frozen declarations read the first time."""
+        JSON) get the `ToolList` read the first time, so work per list elsewhere (metric labels,
+        the tool inventory) is done once per list. A list too large to keep, or a body not read
+        from JSON, is read afresh (a plain read-only mapping)."""
         declaring = [body.get(key) for key in self.declaring_keys]
         if not any(declaring):
-            return {}
+            return _NO_DECLARATIONS
         try:
             raw = orjson.dumps(declaring)
         except TypeError:  # not from JSON (a caller's own body): read it, do not cache it
-            return self.read_declarations(body)
+            return MappingProxyType(self.read_declarations(body))
         key = (type(self).__name__, raw)
         cached = _DECLARATIONS.get(key)
-        if cached is None:
-            cached = (self.read_declarations(body), len(raw))
-            if 2 * len(raw) <= DECLARATION_CACHE_BYTES // 10:
-                _DECLARATIONS[key] = cached
-        return dict(cached[0])
+        if cached is not None:
+            return cached[0]
+        if 2 * len(raw) > DECLARATION_CACHE_BYTES // 10:  # read every time: not one shared list
+            return MappingProxyType(self.read_declarations(body))
+        tools = ToolList(self.read_declarations(body))
+        _DECLARATIONS[key] = (tools, len(raw))
+        return tools
 
     def read_declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:
         """Flat client tools from `tools`; dialects with other shapes extend or replace it."""

@@ -10,7 +10,7 @@ import logging
 from sidecar.exchange.filters import Filter, pause
 from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, RepairOutcome, ToolResultRecord
 from sidecar.filters.results import DUPLICATE_RESULT
-from sidecar.model import Reply, Verdict
+from sidecar.model import PerToolList, Reply, Verdict
 from sidecar.telemetry.logs import log_event
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.rejection_log import RejectionLog
@@ -27,10 +27,16 @@ class TelemetryFilter(Filter):
     def __init__(self, metrics: Metrics, rejections: RejectionLog) -> None:
         self.metrics = metrics
         self.rejections = rejections
+        # Tool lists whose names were admitted already: admitting is idempotent and the label
+        # set only grows, so a list seen before has nothing left to admit.
+        self._admitted: PerToolList[bool] = PerToolList()
 
     async def on_request(self, ex: Exchange) -> None:
-        for name in ex.view.declarations:
-            self.metrics.declare_tool(name)
+        declared = ex.view.declarations
+        if not self._admitted.get(declared):
+            for name in declared:
+                self.metrics.declare_tool(name)
+            self._admitted.put(declared, True)
         for name in ex.view.server_tools:  # server calls are counted by tool too
             self.metrics.declare_tool(name)
 

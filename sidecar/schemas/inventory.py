@@ -26,9 +26,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sidecar.config import InventorySettings
-from sidecar.model import ToolDeclaration, canonical_json, declaration_hash
+from sidecar.model import PerToolList, ToolDeclaration, canonical_json, declaration_hash
 
 InventoryKey = tuple[str, str, str]  # (agent, provider, tool name)
+
+# A tool list declared again within this long of its last walk is not walked again: its
+# entries' `last_seen` is served to the second, and a list declared that often stays at the
+# recent end of the LRU order anyway. An agent re-declares its tools on every request; with
+# this, that costs a lookup instead of a walk of every tool.
+REFRESH_S = 1.0
 
 
 def iso_time(seconds: float) -> str:
@@ -92,6 +98,26 @@ class Recorded:
     previous_schema_hashes: dict[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """A walk of one tool list that kept every declaration of it, as `record` remembers it."""
+
+    agent: str
+    provider: str
+    changes: int  # the inventory's change count after the walk
+    at: float
+    recorded: Recorded  # without drifts: a repeat finds none
+
+    def repeats(self, agent: str, provider: str, changes: int, now: float) -> bool:
+        """Whether walking the list again now would only refresh `last_seen`."""
+        return (
+            changes == self.changes
+            and agent == self.agent
+            and provider == self.provider
+            and 0 <= now - self.at < REFRESH_S
+        )
+
+
 def _size(declaration: ToolDeclaration) -> int:
     return (
         len(canonical_json(declaration.schema)) + len(declaration.name.encode()) + len(declaration.description.encode())
@@ -109,6 +135,8 @@ class ToolInventory:
         self.bytes = 0
         self.evicted = 0
         self.oversized = 0  # declarations larger than max_bytes on their own: never kept
+        self._changes = 0  # entries added, replaced or dropped: what a remembered walk relied on
+        self._walked: PerToolList[_Walk] = PerToolList()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -117,8 +145,14 @@ class ToolInventory:
         """Keep each declaration as the latest of its key; report those that changed.
 
         The common case (the same declaration again) is two dict lookups and a string
-        compare: the declaration hash is only computed for new or changed declarations."""
+        compare: the declaration hash is only computed for new or changed declarations. The
+        same `ToolList` again within `REFRESH_S`, with the inventory unchanged since, is not
+        walked at all: the walk would find every declaration the same."""
         now = self._clock()
+        walk = self._walked.get(declarations)
+        if walk is not None and walk.repeats(agent, provider, self._changes, now):
+            return walk.recorded
+        evicted, oversized = self.evicted, self.oversized
         drifts: list[Drift] = []
         previous: dict[str, str] = {}
         for name, declaration in declarations.items():
@@ -132,6 +166,8 @@ class ToolInventory:
             if entry is not None and entry.previous_schema_hash is not None:
                 previous[name] = entry.previous_schema_hash
         self._shrink()
+        if (self.evicted, self.oversized) == (evicted, oversized):  # every declaration is kept
+            self._walked.put(declarations, _Walk(agent, provider, self._changes, now, Recorded([], previous)))
         return Recorded(drifts, previous)
 
     def _replace(
@@ -142,6 +178,7 @@ class ToolInventory:
         now: float,
         drifts: list[Drift],
     ) -> InventoryEntry | None:
+        self._changes += 1
         new_hash = declaration_hash(declaration)
         size = _size(declaration)
         if size > self.max_bytes:
@@ -165,6 +202,7 @@ class ToolInventory:
         return entry
 
     def _drop(self, key: InventoryKey) -> None:
+        self._changes += 1
         entry = self._entries.pop(key)
         self.bytes -= entry.size
 

@@ -7,9 +7,9 @@ import logging
 from typing import Any
 
 from sidecar.config import InventorySettings
-from sidecar.model import ToolDeclaration, declaration_hash
+from sidecar.model import ToolDeclaration, ToolList, declaration_hash
 from sidecar.schemas.drift import DriftWatch
-from sidecar.schemas.inventory import ToolInventory
+from sidecar.schemas.inventory import REFRESH_S, ToolInventory
 from sidecar.telemetry.metrics import Metrics
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -146,3 +146,63 @@ def test_drift_watch_counts_logs_and_hands_the_policy_the_previous_hash() -> Non
     assert (fields["agent"], fields["provider"], fields["tool"]) == ("agent-1", "anthropic", "weather_get")
     assert fields["previous_schema_hash"] == decl().schema_hash and fields["schema_hash"] == decl(WIDER).schema_hash
     assert previous == {"weather_get": decl().schema_hash}  # what the policy input gets
+
+
+class StillClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_same_tool_list_again_within_a_second_is_not_walked() -> None:
+    """An agent re-declares its `ToolList` on every request: within REFRESH_S, and with the
+    inventory unchanged since, `record` answers from the last walk; after it, or once the
+    inventory changed, it walks (and refreshes `last_seen`) again."""
+    clock = StillClock()
+    inv = ToolInventory(InventorySettings(), clock=clock)
+    tools = ToolList({"weather_get": decl(), "other": decl(name="other")})
+    inv.record("a", "anthropic", tools)
+    walked = inv.record("a", "anthropic", ToolList(tools))  # another list object: walked
+    assert [e.last_seen for e in inv.entries()] == [clock.now, clock.now]
+
+    clock.now += REFRESH_S / 2
+    remembered = inv.record("a", "anthropic", tools)
+    assert remembered.drifts == [] and remembered.previous_schema_hashes == walked.previous_schema_hashes
+    assert {e.last_seen for e in inv.entries()} == {clock.now - REFRESH_S / 2}  # not walked
+
+    clock.now += REFRESH_S
+    inv.record("a", "anthropic", tools)
+    assert {e.last_seen for e in inv.entries()} == {clock.now}  # walked again
+
+    # Another agent or provider is its own walk.
+    inv.record("a", "openai", tools)
+    assert len(inv) == 4
+
+
+def test_a_remembered_walk_is_dropped_once_the_inventory_changes() -> None:
+    clock = StillClock()
+    inv = ToolInventory(InventorySettings(), clock=clock)
+    tools = ToolList({"weather_get": decl()})
+    inv.record("a", "anthropic", tools)
+    # Another list redeclares the tool with a wider schema: drift.
+    assert len(inv.record("a", "anthropic", {"weather_get": decl(WIDER)}).drifts) == 1
+    # The first list again, at once: its schema is a change again, which only a walk finds.
+    back = inv.record("a", "anthropic", tools)
+    assert len(back.drifts) == 1 and inv.entries()[0].declaration.schema == SCHEMA
+    assert back.previous_schema_hashes == {"weather_get": decl(WIDER).schema_hash}
+
+
+def test_a_list_larger_than_the_inventory_is_walked_every_time() -> None:
+    """A walk that evicted some of the list's own declarations is not remembered: the next
+    request walks again, as it did before the memo."""
+    clock = StillClock()
+    inv = ToolInventory(InventorySettings(max_entries=1), clock=clock)
+    tools = ToolList({"t1": decl(name="t1"), "t2": decl(name="t2")})
+    inv.record("a", "anthropic", tools)
+    evicted = inv.evicted
+    inv.record("a", "anthropic", tools)
+    assert inv.evicted > evicted  # walked (and evicted) again
