@@ -306,7 +306,7 @@ class ResultPolicy(PolicyPhase):
             )
         seconds = time.perf_counter() - started
         if decision is None:  # nothing to say: not a decision, only timed
-            self.metrics.policy_evaluation.labels(self.engine.name).observe(seconds)
+            self.metrics.policy_evaluated(self.engine.name, seconds)
             return None
         self.metrics.policy_decision(decision.outcome, self.engine.name, seconds, ex.path.value)
         return decision

@@ -38,7 +38,7 @@ class ToolListFilter(PolicyPhase):
         document["tools"] = list(declared)
         started = time.perf_counter()
         visible = await self.engine.visible_tools(document)
-        self.metrics.policy_evaluation.labels(self.engine.name).observe(time.perf_counter() - started)
+        self.metrics.policy_evaluated(self.engine.name, time.perf_counter() - started)
         if visible is None:
             return
         shown = set(visible)

@@ -11,6 +11,7 @@ dropped: past `MAX_PENDING_BYTES` not yet written, the caller waits for the writ
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -129,6 +130,8 @@ class JsonFormatter(logging.Formatter):
 
 # Lines handed to the writer and not yet written, in characters: past this the caller waits.
 MAX_PENDING_BYTES = 8 * 1024 * 1024
+# Lines an event loop holds for one write to a pipe: what an empty pipe takes at once (Linux).
+MAX_HELD_BYTES = 64 * 1024
 
 
 def _encoded(stream: IO[str], text: str) -> bytes:
@@ -155,25 +158,35 @@ class LineWriter:
     """Writes lines to streams in the order they were handed over, without ever blocking the
     caller on the stream (until `max_pending` characters wait).
 
-    To a pipe or a terminal (stderr in a container is a pipe) a line is written on the spot,
-    through a non-blocking twin of the stream's descriptor (`nonblocking_twin`): one `os.write`
-    on the caller's thread that never waits. What the pipe cannot take at once (its reader
-    lags), and every line after it until the backlog is written, goes to the writer thread,
-    which writes it through the stream's own, blocking, descriptor; then lines are written on
-    the spot again. (A thread for every line cost 2.5% more CPU per request than writing on
-    the loop, measured: every wake-up takes the GIL from the event loop.)
+    To a pipe or a terminal (stderr in a container is a pipe) lines go through a non-blocking
+    twin of the stream's descriptor (`nonblocking_twin`), written by the caller's thread with
+    an `os.write` that never waits. Lines logged on an event loop are held and written
+    together, one `os.write` at most every `linger_s`, from the loop: a write to a pipe
+    wakes its reader (a container runtime, `cat`), which costs the writer too (measured in a
+    loop: 5.7 us of CPU per line written at once, 2.1 held; at c=64, 1,201 -> 1,174 us per
+    request, against 1,067 with the request line off). Lines logged off a loop are written at once,
+    after any held before them. What the pipe cannot take at once (its reader lags), and
+    every line after it until the backlog is written, goes to the writer thread, which writes
+    it through the stream's own, blocking, descriptor; then lines go through the twin again.
+    (A thread for every line cost 2.5% more CPU per request than writing on the loop,
+    measured: every wake-up takes the GIL from the event loop.)
 
     Other streams (regular files, test buffers) always go through the thread. It is started
     with the first line that needs it; woken, it lets lines gather for `linger_s` (less when
     `flush` asks, or half the bound is pending), then writes each stream's run of lines with
-    one `os.write`. Memory is bounded: `put` waits while `max_pending` characters are pending
-    (the stream is that slow), so no line is lost. `flush` waits until every line put before
-    it is written; `logging.shutdown` (at exit) calls it through each handler's flush."""
+    one `os.write`. Memory is bounded: at most `max_held` bytes are held, and `put`
+    waits while `max_pending` characters are pending (the stream is that slow), so no line is
+    lost. `flush` waits until every line put before it is written; `logging.shutdown` (at exit)
+    calls it through each handler's flush."""
 
-    def __init__(self, max_pending: int = MAX_PENDING_BYTES, linger_s: float = 0.05) -> None:
+    def __init__(
+        self, max_pending: int = MAX_PENDING_BYTES, linger_s: float = 0.05, max_held: int = MAX_HELD_BYTES
+    ) -> None:
         self.max_pending = max_pending
         self.linger_s = linger_s
-        self._pending: deque[tuple[IO[str], str | bytes]] = deque()
+        self.max_held = max_held
+        # Entries: a stream, its text (or the bytes a twin could not take), how many lines.
+        self._pending: deque[tuple[IO[str], str | bytes, int]] = deque()
         self._size = 0
         self._put = 0  # lines handed over, ever
         self._written = 0  # of those, lines written (or failed: a broken stream loses its lines)
@@ -183,39 +196,90 @@ class LineWriter:
         self._thread: threading.Thread | None = None
         self._twin_of: IO[str] | None = None
         self._twin: int | None = None
+        # Lines for the twin held on an event loop (`_held_on`) for its next write, within linger_s.
+        self._held = bytearray()
+        self._held_lines = 0
+        self._held_on: asyncio.AbstractEventLoop | None = None
 
     def put(self, stream: IO[str], text: str) -> None:
         with self._changed:
-            line: str | bytes = text
+            if self._held_lines and stream is not self._twin_of:
+                self._send_held()  # another stream: the lines held for this one go first
             twin = self._twin_for(stream)
             if twin is not None and not self._pending and not self._writing:
                 data = _encoded(stream, text)
-                try:
-                    sent = os.write(twin, data)
-                except BlockingIOError:  # the pipe is full: its reader lags
-                    sent = 0
-                except OSError:  # a broken stream loses its lines, as StreamHandler would
-                    sent = len(data)
-                if sent == len(data):
-                    self._put += 1
-                    self._written += 1
-                    return
-                line = data[sent:]  # the rest of this line goes first, through the thread
-            if self._thread is None or not self._thread.is_alive():
-                thread = threading.Thread(target=self._run, name="sidecar-log-writer", daemon=True)
-                try:
-                    thread.start()
-                except RuntimeError:  # no new threads while the interpreter shuts down: write here
-                    self._write(stream, [line])
-                    return
-                self._thread = thread
-            while self._size >= self.max_pending:
-                self._changed.wait()
-            self._pending.append((stream, line))
-            self._size += len(line)
-            self._put += 1
-            if len(self._pending) == 1 or self._size >= self.max_pending // 2:
-                self._changed.notify_all()
+                self._put += 1
+                if not self._hold(data):
+                    lines, earlier = self._held_lines, self._take_held()
+                    self._send(stream, twin, earlier + data if earlier else data, lines + 1)
+                return
+            self._enqueue(stream, text, 1)
+
+    def _hold(self, data: bytes) -> bool:
+        """Keep `data` for the loop's next write, if there is a loop here and room."""
+        loop = asyncio.events._get_running_loop()
+        if loop is None or len(self._held) + len(data) > self.max_held:
+            return False
+        if self._held_lines and loop is not self._held_on:
+            return False  # held on another loop (a test's, a closed one): written now, in order
+        if not self._held_lines:
+            self._held_on = loop
+            loop.call_later(self.linger_s, self._write_held)
+        self._held += data
+        self._held_lines += 1
+        return True
+
+    def _take_held(self) -> bytes:
+        data = bytes(self._held)
+        self._held.clear()
+        self._held_lines = 0
+        self._held_on = None
+        return data
+
+    def _write_held(self) -> None:
+        """The loop's write of what it holds (a timer `_hold` set)."""
+        with self._changed:
+            self._send_held()
+
+    def _send_held(self) -> None:
+        if self._held_lines and self._twin_of is not None and self._twin is not None:
+            lines = self._held_lines
+            self._send(self._twin_of, self._twin, self._take_held(), lines)
+
+    def _send(self, stream: IO[str], twin: int, data: bytes, lines: int) -> None:
+        """Write `lines` lines through the twin; what it cannot take goes to the thread."""
+        try:
+            sent = os.write(twin, data)
+        except BlockingIOError:  # the pipe is full: its reader lags
+            sent = 0
+        except OSError:  # a broken stream loses its lines, as StreamHandler would
+            sent = len(data)
+        if sent == len(data):
+            self._written += lines
+            self._changed.notify_all()  # a flush may be waiting for these
+            return
+        self._enqueue(stream, data[sent:], lines, counted=True)  # the rest goes first, by the thread
+
+    def _enqueue(self, stream: IO[str], line: str | bytes, lines: int, counted: bool = False) -> None:
+        """Hand lines to the writer thread (started if needed); waits while the bound is full.
+        `counted`: `put` already counted them."""
+        if self._thread is None or not self._thread.is_alive():
+            thread = threading.Thread(target=self._run, name="sidecar-log-writer", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # no new threads while the interpreter shuts down: write here
+                self._put += 0 if counted else lines
+                self._write(stream, [line])
+                self._written += lines
+                return
+            self._thread = thread
+        while self._size >= self.max_pending:
+            self._changed.wait()
+        self._pending.append((stream, line, lines))
+        self._size += len(line)
+        self._put += 0 if counted else lines
+        if len(self._pending) == 1 or self._size >= self.max_pending // 2:
+            self._changed.notify_all()
 
     def _twin_for(self, stream: IO[str]) -> int | None:
         """The non-blocking twin of the last stream written to (a handler has one stream)."""
@@ -228,6 +292,7 @@ class LineWriter:
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Wait until every line put so far is written; False if that took over `timeout_s`."""
         with self._changed:
+            self._send_held()  # from this thread: the loop's timer may never come (it stopped)
             target = self._put
             self._hurry = True
             self._changed.notify_all()
@@ -250,10 +315,10 @@ class LineWriter:
             start = 0
             for end in range(1, len(batch) + 1):  # each stream's run of lines in one write
                 if end == len(batch) or batch[end][0] is not batch[start][0]:
-                    self._write(batch[start][0], [line for _, line in batch[start:end]])
+                    self._write(batch[start][0], [line for _, line, _ in batch[start:end]])
                     start = end
             with self._changed:
-                self._written += len(batch)
+                self._written += sum(lines for _, _, lines in batch)
                 self._writing = False
                 self._changed.notify_all()
 

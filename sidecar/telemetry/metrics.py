@@ -543,7 +543,12 @@ class Metrics:
         """A policy evaluation finished. decision: allow, deny, approval, error."""
         self._child(self.policy_decisions, _bounded(decision, DECISIONS, "error"), _path(path)).inc()
         if seconds is not None:
-            self._child(self.policy_evaluation, _bounded(engine, ENGINES)).observe(seconds)
+            self.policy_evaluated(engine, seconds)
+
+    def policy_evaluated(self, engine: str, seconds: float) -> None:
+        """A policy evaluation took `seconds` (a tool list, a result with nothing to say, or
+        a decision)."""
+        self._child(self.policy_evaluation, _bounded(engine, ENGINES)).observe(seconds)
 
     def tool_result(self, tool: str, outcome: str, seconds: float | None = None, path: str = "model") -> None:
         """A tool result arrived. outcome: ok or error; seconds None when the call is unknown."""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import os
@@ -347,8 +348,8 @@ def _read_all(fd: int, out: list[bytes]) -> None:
 
 
 def test_a_pipe_that_is_read_gets_each_line_on_the_spot() -> None:
-    """To a pipe, lines are written by the caller through a non-blocking twin descriptor:
-    no thread is needed while the reader keeps up."""
+    """To a pipe, lines logged off an event loop are written by the caller through a
+    non-blocking twin descriptor: no thread is needed while the reader keeps up."""
     read_end, stream = _pipe()
     got: list[bytes] = []
     reader = threading.Thread(target=_read_all, args=(read_end, got))
@@ -404,3 +405,99 @@ def test_only_pipes_and_terminals_get_a_non_blocking_twin(tmp_path: Path) -> Non
     for fd in (twin, read_end):
         os.close(fd)
     stream.close()
+
+
+class CountingTwinWrites:
+    """Counts the `os.write` calls made to one descriptor (the writer's twin)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[int] = []
+        self.fd: int | None = None
+        real = os.write
+
+        def write(fd: int, data: bytes) -> int:
+            if fd == self.fd:
+                self.calls.append(len(data))
+            return real(fd, data)
+
+        monkeypatch.setattr(os, "write", write)
+
+
+async def test_on_an_event_loop_lines_to_a_pipe_are_written_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write to a pipe wakes its reader: lines logged on a loop are held and written with one
+    `os.write` within linger_s, in order, by the loop itself (no thread)."""
+    read_end, stream = _pipe()
+    writes = CountingTwinWrites(monkeypatch)
+    writer = LineWriter(linger_s=0.05)
+    writer.put(stream, "line 0\n")
+    writes.fd = writer._twin
+    for i in range(1, 100):
+        writer.put(stream, f"line {i} é\n")
+    assert writes.calls == []  # held for the loop's write
+    await asyncio.sleep(0.2)
+    assert len(writes.calls) == 1 and writer._thread is None
+    got = os.read(read_end, 65536).decode().splitlines()
+    assert got == ["line 0"] + [f"line {i} é" for i in range(1, 100)]
+    assert writer.flush(1)  # nothing left: every line put is written
+    os.close(writer._twin or -1)
+    stream.close()
+    os.close(read_end)
+
+
+async def test_held_lines_go_first_and_a_flush_writes_them_at_once() -> None:
+    """A line logged off the loop is written after those the loop holds; `flush` (from another
+    thread, as at shutdown) writes held lines without waiting for the loop's timer; past
+    max_held bytes, the held lines and the new one are written at once."""
+    read_end, stream = _pipe()
+    writer = LineWriter(linger_s=60.0, max_held=1000)  # the timer never fires in this test
+    writer.put(stream, "held 1\n")
+    writer.put(stream, "held 2\n")
+    other = threading.Thread(target=writer.put, args=(stream, "from a thread\n"))
+    other.start()
+    other.join(5)
+    assert os.read(read_end, 65536) == b"held 1\nheld 2\nfrom a thread\n"
+    writer.put(stream, "held 3\n")
+    assert await asyncio.to_thread(writer.flush, 5)
+    assert os.read(read_end, 65536) == b"held 3\n"
+    writer.put(stream, "x" * 600 + "\n")
+    writer.put(stream, "y" * 600 + "\n")  # 1,202 bytes would pass max_held: both go now
+    assert os.read(read_end, 65536) == b"x" * 600 + b"\n" + b"y" * 600 + b"\n"
+    os.close(writer._twin or -1)
+    stream.close()
+    os.close(read_end)
+
+
+def test_lines_held_on_a_loop_that_stopped_are_written_by_the_next_line_or_flush() -> None:
+    read_end, stream = _pipe()
+    writer = LineWriter(linger_s=60.0)
+
+    async def log() -> None:
+        writer.put(stream, "on the loop\n")
+
+    asyncio.run(log())  # the loop closes with the line held
+    writer.put(stream, "after the loop\n")  # off any loop: written at once, after the held one
+    assert os.read(read_end, 65536) == b"on the loop\nafter the loop\n"
+    asyncio.run(log())
+    assert writer.flush(5)
+    assert os.read(read_end, 65536) == b"on the loop\n"
+    os.close(writer._twin or -1)
+    stream.close()
+    os.close(read_end)
+
+
+async def test_a_full_pipe_takes_held_lines_through_the_thread_in_order() -> None:
+    read_end, stream = _pipe()
+    writer = LineWriter(linger_s=0.01)
+    lines = [f"{i:06d} " + "x" * 300 + "\n" for i in range(1000)]  # ~300 KB: the pipe fills
+    for line in lines:
+        writer.put(stream, line)
+    await asyncio.sleep(0.1)
+    got: list[bytes] = []
+    reader = threading.Thread(target=_read_all, args=(read_end, got))
+    reader.start()
+    assert await asyncio.to_thread(writer.flush, 30)
+    assert writer._thread is not None  # the backlog went to the thread
+    os.close(writer._twin or -1)
+    stream.close()
+    reader.join(10)
+    assert b"".join(got).decode() == "".join(lines)
