@@ -44,7 +44,7 @@ from bench_policy import embedded_p50_us
 from bench_sessions import TARGET_SESSIONS, rss_after_sessions
 from bench_validation import valid_call_median_us
 from proxybench import report
-from proxybench.bodies import Api, body_bytes, check_turn
+from proxybench.bodies import HEADERS, Api, body_bytes, check_turn
 from proxybench.load import Request, Series, closed_loop, interleaved
 from proxybench.paced import per_event
 from proxybench.preflight import PreflightError, check_sidecar_metrics, check_target
@@ -83,11 +83,6 @@ FULL = Plan(
     rss_sessions=TARGET_SESSIONS,
 )
 PACE_MS = 2.0
-
-HEADERS = {
-    Api.ANTHROPIC: {"x-api-key": "sk-bench-not-a-key", "anthropic-version": "2023-06-01"},
-    Api.CHAT: {"authorization": "Bearer sk-bench-not-a-key"},
-}
 
 
 def log(message: str) -> None:

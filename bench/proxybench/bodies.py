@@ -43,6 +43,11 @@ class Api(Enum):
 
 # The tools the model calls: the policy must see both as read-only (`side_effects: false`).
 READ_ONLY_TOOLS = ("read_file", "grep")
+# The credentials each API's requests carry (the mock takes any; the sidecar forwards them).
+HEADERS = {
+    Api.ANTHROPIC: {"x-api-key": "sk-bench-not-a-key", "anthropic-version": "2023-06-01"},
+    Api.CHAT: {"authorization": "Bearer sk-bench-not-a-key"},
+}
 
 SYSTEM = (
     "You are an autonomous software engineering agent working in a sandboxed checkout of a Python "

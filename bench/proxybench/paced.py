@@ -20,14 +20,10 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from proxybench.bodies import Api, body_bytes
+from proxybench.bodies import HEADERS, Api, body_bytes
 from proxybench.load import quantile_ms
 from proxybench.mock import PACE_HEADER, PACED_PATH
 
-HEADERS = {
-    Api.ANTHROPIC: {"x-api-key": "sk-bench-not-a-key", "anthropic-version": "2023-06-01"},
-    Api.CHAT: {"authorization": "Bearer sk-bench-not-a-key"},
-}
 # What marks the first tool call of a stream in each API's event data.
 FIRST_CALL = {Api.ANTHROPIC: b'"tool_use"', Api.CHAT: b'"tool_calls"'}
 

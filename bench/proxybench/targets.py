@@ -72,12 +72,15 @@ def start_sidecar(
     otlp_endpoint: str | None = None,
     workers: int = 1,
     state: dict[str, object] | None = None,
+    command: list[str] | None = None,
 ) -> Service:
+    """`command`: what runs `sidecar` (default `sidecar_command()`; bench_ablation.py's launcher)."""
     settings, proxy_url, admin_url = sidecar_settings(name, mock_url, workdir, policies, otlp_endpoint, workers, state)
     config = workdir / f"{name}.yaml"
     config.write_bytes(orjson.dumps(settings, option=orjson.OPT_INDENT_2))
     scale = ["--workers", str(workers)] if workers > 1 else []
-    service = services.spawn(name, proxy_url, [*sidecar_command(), "run", "--config", str(config), *scale])
+    argv = [*(command or sidecar_command()), "run", "--config", str(config), *scale]
+    service = services.spawn(name, proxy_url, argv)
     service.ready_url = f"{admin_url}/readyz"
     service.extra["admin"] = admin_url
     return service
