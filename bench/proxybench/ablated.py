@@ -23,44 +23,28 @@ class Ablation:
     """One part of the request path, as the hooks that do its work."""
 
     what: str
-    hooks: tuple[tuple[str, str, str], ...]  # (module, class, method)
+    hooks: tuple[str, ...]  # "module:Class.method"
 
 
+_F = "sidecar.filters."
 ABLATIONS: dict[str, Ablation] = {
     "call_policy": Ablation(
-        "the policy decision of each call (input, engine, metrics)",
-        (("sidecar.filters.policy", "PolicyFilter", "on_call"),),
+        "the policy decision of each call (input, engine, metrics)", (f"{_F}policy:PolicyFilter.on_call",)
     ),
     "replay": Ablation(
         "the replay guard: the ledger lookup of each call and the record of each delivered one",
-        tuple(
-            ("sidecar.filters.replay", "ReplayFilter", hook)
-            for hook in ("look_up", "on_call", "on_checked", "on_deliver")
-        ),
+        tuple(f"{_F}replay:ReplayFilter.{hook}" for hook in ("look_up", "on_call", "on_checked", "on_deliver")),
     ),
-    "lockdown": Ablation(
-        "schema validation of each call's arguments",
-        (("sidecar.filters.arguments", "ArgumentsFilter", "on_call"),),
-    ),
+    "lockdown": Ablation("schema validation of each call's arguments", (f"{_F}arguments:ArgumentsFilter.on_call",)),
     "result_policy": Ablation(
         "the result policy over the request's tool results (inspection, memo, decision)",
-        (("sidecar.filters.result_policy", "ResultPolicy", "on_request"),),
+        (f"{_F}result_policy:ResultPolicy.on_request",),
     ),
-    "tool_list": Ablation(
-        "the tool-list policy (visible_tools)",
-        (("sidecar.filters.tool_list", "ToolListFilter", "on_request"),),
-    ),
-    "drift": Ablation(
-        "the tool inventory and drift watch",
-        (("sidecar.filters.drift", "DriftFilter", "on_request"),),
-    ),
-    "cost": Ablation(
-        "token attribution per tool (after the reply)",
-        (("sidecar.filters.cost", "CostFilter", "on_done"),),
-    ),
+    "tool_list": Ablation("the tool-list policy (visible_tools)", (f"{_F}tool_list:ToolListFilter.on_request",)),
+    "drift": Ablation("the tool inventory and drift watch", (f"{_F}drift:DriftFilter.on_request",)),
+    "cost": Ablation("token attribution per tool (after the reply)", (f"{_F}cost:CostFilter.on_done",)),
     "request_log": Ablation(
-        "the request's log line and overhead histogram (after the reply)",
-        (("sidecar.filters.telemetry", "TelemetryFilter", "on_done"),),
+        "the request's log line and overhead histogram (after the reply)", (f"{_F}telemetry:TelemetryFilter.on_done",)
     ),
 }
 
@@ -73,7 +57,9 @@ async def _skipped(*_args: Any, **_kwargs: Any) -> None:
 def ablate(names: Sequence[str]) -> None:
     """Replace the hooks of the named ablations, in this process, before the sidecar starts."""
     for name in names:
-        for module, cls, method in ABLATIONS[name].hooks:
+        for hook in ABLATIONS[name].hooks:
+            module, _, attribute = hook.partition(":")
+            cls, _, method = attribute.partition(".")
             owner = getattr(importlib.import_module(module), cls)
             if not callable(getattr(owner, method, None)):
                 raise SystemExit(f"ablation {name}: {module}.{cls} has no hook {method}")
