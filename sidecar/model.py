@@ -205,6 +205,10 @@ class ToolList(dict[str, ToolDeclaration]):
 
     __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = __ior__ = _read_only  # type: ignore[assignment]
 
+    def __reduce__(self) -> tuple[type[dict[str, ToolDeclaration]], tuple[dict[str, ToolDeclaration]]]:
+        """A copy (copy, deepcopy, pickle) is a plain dict, which its owner may edit."""
+        return dict, (dict(self),)
+
 
 V = TypeVar("V")
 

@@ -8,6 +8,7 @@ an agent sends can grow the number of series.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -21,6 +22,8 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from sidecar.telemetry.tokens import DIRECTIONS
 from sidecar.timefmt import iso_utc
+
+log = logging.getLogger("sidecar.metrics")
 
 OTHER = "other"
 
@@ -258,6 +261,7 @@ class Metrics:
         self.tools = ToolLabels(tool_label_cap)
         self._started = time.time()
         self._lock = threading.Lock()
+        self._settles: list[Callable[[], None]] = []  # see settle_before_read
         self._stats: dict[str, _ToolStats] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # (tool, direction) as a reply names them -> where their tokens go (bounded: only
@@ -727,8 +731,21 @@ class Metrics:
 
     # ---------------------------------------------------------------- exposition
 
+    def settle_before_read(self, settle: Callable[[], None]) -> None:
+        """`settle` runs before the metrics are read (`render`, `status_summary`): for a writer
+        that counts in batches (the cost filter), so a read never misses what already happened."""
+        self._settles.append(settle)
+
+    def _settle(self) -> None:
+        for settle in self._settles:
+            try:
+                settle()
+            except Exception:
+                log.exception("settling counts before a metrics read failed")
+
     def render(self, accept_header: str | None = None) -> tuple[bytes, str]:
         """Body and content type for /metrics: OpenMetrics when the scraper asks for it."""
+        self._settle()
         encoder, content_type = choose_encoder(accept_header or "")
         if content_type.startswith("application/openmetrics-text"):
             return encoder(self.registry), content_type
@@ -739,6 +756,7 @@ class Metrics:
     def status_summary(self, also: Iterable[str] = ()) -> dict[str, Any]:
         """Per-tool view for /v1/status: calls by verdict, latency quantiles, error rate, tokens.
         `also`: tool names listed even when nothing was counted for them yet (declared tools)."""
+        self._settle()
         with self._lock:
             items = [
                 (

@@ -32,6 +32,9 @@ def test_same_tools_share_declarations_changed_tools_do_not(kind: str) -> None:
         with pytest.raises(TypeError, match="shared"):
             edit(again)
     assert set(again) == {"search"}
+    copied = copy.deepcopy(again)  # a copy is a plain dict its owner may edit
+    copied.pop("search")
+    assert type(copied) is dict and set(again) == {"search"}
     changed = copy.deepcopy(TOOLS[kind])
     schema = changed[0].get("input_schema") or changed[0].get("parameters") or changed[0]["function"]["parameters"]
     schema["required"] = ["q"]
