@@ -206,9 +206,9 @@ class LineWriter:
             if self._held_lines and stream is not self._twin_of:
                 self._send_held()  # another stream: the lines held for this one go first
             twin = self._twin_for(stream)
+            self._put += 1
             if twin is not None and not self._pending and not self._writing:
                 data = _encoded(stream, text)
-                self._put += 1
                 if not self._hold(data):
                     lines, earlier = self._held_lines, self._take_held()
                     self._send(stream, twin, earlier + data if earlier else data, lines + 1)
@@ -258,17 +258,16 @@ class LineWriter:
             self._written += lines
             self._changed.notify_all()  # a flush may be waiting for these
             return
-        self._enqueue(stream, data[sent:], lines, counted=True)  # the rest goes first, by the thread
+        self._enqueue(stream, data[sent:], lines)  # the rest goes first, by the thread
 
-    def _enqueue(self, stream: IO[str], line: str | bytes, lines: int, counted: bool = False) -> None:
-        """Hand lines to the writer thread (started if needed); waits while the bound is full.
-        `counted`: `put` already counted them."""
+    def _enqueue(self, stream: IO[str], line: str | bytes, lines: int) -> None:
+        """Hand lines `put` counted to the writer thread (started if needed); waits while the
+        bound is full."""
         if self._thread is None or not self._thread.is_alive():
             thread = threading.Thread(target=self._run, name="sidecar-log-writer", daemon=True)
             try:
                 thread.start()
             except RuntimeError:  # no new threads while the interpreter shuts down: write here
-                self._put += 0 if counted else lines
                 self._write(stream, [line])
                 self._written += lines
                 return
@@ -277,7 +276,6 @@ class LineWriter:
             self._changed.wait()
         self._pending.append((stream, line, lines))
         self._size += len(line)
-        self._put += 0 if counted else lines
         if len(self._pending) == 1 or self._size >= self.max_pending // 2:
             self._changed.notify_all()
 
