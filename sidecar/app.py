@@ -308,6 +308,16 @@ class Sidecar:
         await self.approvals.start()  # expiry sweep and pending gauge
         self._closes("approvals", self.approvals.close)
 
+        async def settle() -> None:
+            self.settle_ended()
+
+        self._closes("work of ended exchanges", settle)  # registered last: done first on close
+
+    def settle_ended(self) -> None:
+        """Write the request lines and count the tokens of ended exchanges still waiting for
+        their batch (sidecar/telemetry/batched.py). Closing does it before anything else."""
+        self.metrics.settle()
+
     async def close(self) -> None:
         await self._closing.aclose()
 

@@ -10,10 +10,10 @@ request; what the round adds (the refused call and the sidecar's answer) is not 
 input.
 
 The work is done after `on_done`, once the agent has its answer: the filter only observes, so
-the agent never waits for it. Ended exchanges are attributed in batches (`BATCH_S`), and before
-every read of the metrics, so a scrape or `/v1/status` never misses one. `on_request` keeps the
-request as it goes upstream (a later filter may replace `ex.request`), `on_reply` each complete
-reply.
+the agent never waits for it. Ended exchanges are attributed in batches, and before every read
+of the metrics, so a scrape or `/v1/status` never misses one (sidecar/telemetry/batched.py).
+`on_request` keeps the request as it goes upstream (a later filter may replace `ex.request`),
+`on_reply` each complete reply.
 
 Not attributed as input: requests that continue a conversation the provider holds
 (`previous_response_id`, `conversation`): their input tokens cover history the body does not
@@ -26,7 +26,6 @@ request does not echo the call).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -35,18 +34,11 @@ from typing import Any
 from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import End, Exchange, ExchangeKey
 from sidecar.model import Reply, SpanKind, TokenUsage, ToolSpan
+from sidecar.telemetry.batched import Batched
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.tokens import Direction, Written, output_tokens, span_tokens, split_input
 
 log = logging.getLogger("sidecar.cost")
-
-# Exchanges are attributed in batches, at most BATCH_S after they end (or BATCH_MAX at once, or
-# when the metrics are read): attributing one right after its reply ran with caches its request
-# had just evicted, 126 us of CPU per request in the proxy at c=64 (bench_ablation.py) against
-# 56 in a loop. In batches, the whole-reply benchmark's CPU per request went from 1,182 to 1,116
-# us (c=64, 4 alternated rounds of 5 s, both sidecars in one run).
-BATCH_S = 0.05
-BATCH_MAX = 64
 
 
 @dataclass(slots=True)
@@ -90,8 +82,7 @@ class CostFilter(Filter):
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._waiting: list[tuple[Exchange, _Heard]] = []  # ended, not attributed yet (see BATCH_S)
-        metrics.settle_before_read(self.settle)
+        self._ended: Batched[tuple[Exchange, _Heard]] = Batched(metrics, self._attribute, self._failed)
 
     async def on_request(self, ex: Exchange) -> None:
         if ex.mcp is None:  # tokens are a model's: an MCP request spends none
@@ -103,27 +94,15 @@ class CostFilter(Filter):
 
     async def on_done(self, ex: Exchange, end: End) -> None:
         heard = ex.get(_HEARD)
-        if heard is None or not heard.replies:
-            return
-        if not self._waiting:
-            asyncio.get_running_loop().call_later(BATCH_S, self.settle)
-        self._waiting.append((ex, heard))
-        if len(self._waiting) >= BATCH_MAX:
-            self.settle()
+        if heard is not None and heard.replies:
+            self._ended.add((ex, heard))
 
-    def settle(self) -> None:
-        """Attribute every exchange waiting: the batch's timer, a full batch, or a read of the
-        metrics (`Metrics.settle_before_read`), so a scrape never misses a finished exchange.
-        Best-effort like the filter: one exchange that fails is logged, the others counted."""
-        waiting, self._waiting = self._waiting, []
-        for ex, heard in waiting:
-            try:
-                self._attribute(ex, heard)
-            except Exception:
-                log.exception("token attribution failed for exchange %s", ex.id)
-                self.metrics.filter_error(self.name, "on_done", critical=False)
+    def _failed(self, ended: tuple[Exchange, _Heard]) -> None:
+        log.exception("token attribution failed for exchange %s", ended[0].id)
+        self.metrics.filter_error(self.name, "on_done", critical=False)
 
-    def _attribute(self, ex: Exchange, heard: _Heard) -> None:
+    def _attribute(self, ended: tuple[Exchange, _Heard]) -> None:
+        ex, heard = ended
         dialect = ex.model_dialect
         prompt = self._prompt(ex, heard.request) if heard.request is not None else None
         spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)

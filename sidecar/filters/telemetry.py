@@ -6,12 +6,15 @@ Best-effort: a metric or a log line that fails never changes what the agent gets
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 
 from sidecar.exchange.filters import Filter, pause
 from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, RepairOutcome, ToolResultRecord
 from sidecar.filters.results import DUPLICATE_RESULT
 from sidecar.model import PerToolList, Reply, Verdict
-from sidecar.telemetry.logs import log_event
+from sidecar.telemetry.batched import Batched
+from sidecar.telemetry.logs import log_event, log_event_at, trace_ids
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.rejection_log import RejectionLog
 
@@ -19,6 +22,17 @@ log = logging.getLogger("sidecar.proxy")
 
 # Tools whose calls were refused in this exchange's repair rounds (per-tool repair counts).
 _REPAIRED: ExchangeKey[set[str]] = ExchangeKey("telemetry.repaired_tools")
+
+
+@dataclass(slots=True)
+class _Ended:
+    """An exchange that ended, until its request line is written (in a batch): when it ended
+    and in which span, which the line tells."""
+
+    ex: Exchange
+    end: End
+    at: float
+    trace: dict[str, str]
 
 
 class TelemetryFilter(Filter):
@@ -30,6 +44,9 @@ class TelemetryFilter(Filter):
         # Tool lists whose names were admitted already: admitting is idempotent and the label
         # set only grows, so a list seen before has nothing left to admit.
         self._admitted: PerToolList[bool] = PerToolList()
+        # The request line and overhead sample of ended exchanges, in batches
+        # (sidecar/telemetry/batched.py): before every metrics read, and when the sidecar closes.
+        self._ended: Batched[_Ended] = Batched(metrics, self._request_done, self._failed)
 
     async def on_request(self, ex: Exchange) -> None:
         declared = ex.view.declarations
@@ -122,8 +139,14 @@ class TelemetryFilter(Filter):
         self.metrics.upstream(ex.provider.value, status, seconds)
 
     async def on_done(self, ex: Exchange, end: End) -> None:
+        self._ended.add(_Ended(ex, end, time.time(), trace_ids()))
+
+    def _request_done(self, ended: _Ended) -> None:
+        ex, end = ended.ex, ended.end
         self.metrics.overhead(ex.provider.value, end.stream, end.overhead_s)
-        log_event(
+        log_event_at(
+            ended.at,
+            ended.trace,
             "request",
             level=logging.INFO if end.reason is None else logging.WARNING,
             session=ex.session,
@@ -138,3 +161,7 @@ class TelemetryFilter(Filter):
             overhead_ms=round(end.overhead_s * 1000, 3),
             error=end.reason,
         )
+
+    def _failed(self, ended: _Ended) -> None:
+        log.exception("the request line of exchange %s failed", ended.ex.id)
+        self.metrics.filter_error(self.name, "on_done", critical=False)

@@ -732,11 +732,13 @@ class Metrics:
     # ---------------------------------------------------------------- exposition
 
     def settle_before_read(self, settle: Callable[[], None]) -> None:
-        """`settle` runs before the metrics are read (`render`, `status_summary`): for a writer
-        that counts in batches (the cost filter), so a read never misses what already happened."""
+        """`settle` runs before the metrics are read (`render`, `status_summary`) and when the
+        sidecar closes (`settle`): for work done in batches (sidecar/telemetry/batched.py), so
+        a read never misses what already happened and a graceful stop loses nothing."""
         self._settles.append(settle)
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
+        """Run every batch waiting (see `settle_before_read`); one that fails is logged."""
         for settle in self._settles:
             try:
                 settle()
@@ -745,7 +747,7 @@ class Metrics:
 
     def render(self, accept_header: str | None = None) -> tuple[bytes, str]:
         """Body and content type for /metrics: OpenMetrics when the scraper asks for it."""
-        self._settle()
+        self.settle()
         encoder, content_type = choose_encoder(accept_header or "")
         if content_type.startswith("application/openmetrics-text"):
             return encoder(self.registry), content_type
@@ -756,7 +758,7 @@ class Metrics:
     def status_summary(self, also: Iterable[str] = ()) -> dict[str, Any]:
         """Per-tool view for /v1/status: calls by verdict, latency quantiles, error rate, tokens.
         `also`: tool names listed even when nothing was counted for them yet (declared tools)."""
-        self._settle()
+        self.settle()
         with self._lock:
             items = [
                 (

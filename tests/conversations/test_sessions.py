@@ -181,6 +181,7 @@ async def test_two_threads_alike_after_turn_one_share_no_replay_and_no_result(
     document = await policy.input_for(capture.checks[1])
     assert document["session"]["source"] == "thread" and document["session"]["id"] == sessions[1].id
     # ...and so is every request log line.
+    sidecar.sidecar.settle_ended()  # request lines are written in batches
     lines = [r.fields for r in caplog.records if getattr(r, "event", None) == "request"]
     assert len(lines) == 6 and {line["session_source"] for line in lines} == {"thread"}
 

@@ -15,7 +15,16 @@ import orjson
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from sidecar.telemetry.logs import WRITER, LineWriter, configure_logging, log_event, nonblocking_twin
+from sidecar.telemetry.logs import (
+    WRITER,
+    JsonFormatter,
+    LineWriter,
+    configure_logging,
+    log_event,
+    log_event_at,
+    nonblocking_twin,
+    trace_ids,
+)
 from sidecar.telemetry.redact import redact_text
 
 
@@ -95,6 +104,32 @@ def test_trace_ids_inside_span(stream: io.StringIO) -> None:
     assert inside["span_id"] == format(context.span_id, "016x")
     assert len(str(inside["trace_id"])) == 32 and len(str(inside["span_id"])) == 16
     assert "trace_id" not in outside
+
+
+def test_an_event_logged_later_carries_its_own_time_and_span(stream: io.StringIO) -> None:
+    """log_event_at (the request line, written in a batch after the exchange ended): the
+    line tells when and in which span the event happened, not when it was written."""
+    tracer = TracerProvider().get_tracer("test")
+    with tracer.start_as_current_span("request") as span:
+        at, trace = 1_700_000_000.25, trace_ids()
+        context = span.get_span_context()
+    log_event_at(at, trace, "request", status=200)  # outside the span, much later
+    (line,) = _lines(stream)
+    assert line["time"] == "2023-11-14T22:13:20.250Z"
+    assert line["trace_id"] == format(context.trace_id, "032x")
+    assert line["span_id"] == format(context.span_id, "016x")
+    assert line["status"] == 200
+
+    # Through the logging machinery (another handler beside ours), the same line.
+    record_stream = io.StringIO()
+    other = logging.StreamHandler(record_stream)
+    other.setFormatter(JsonFormatter())
+    logging.getLogger("sidecar").addHandler(other)
+    try:
+        log_event_at(at, trace, "request", status=200)
+    finally:
+        logging.getLogger("sidecar").removeHandler(other)
+    assert orjson.loads(record_stream.getvalue()) == line
 
 
 def test_secrets_never_logged(stream: io.StringIO) -> None:

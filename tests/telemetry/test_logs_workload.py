@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
+from sidecar.telemetry import batched
 from sidecar.telemetry.logs import LOGGER_NAME, WRITER, configure_logging
+from tests.conftest import StartSidecar
 from tests.e2e.agents import AGENTS
 from tests.e2e.clients import API_KEY_ANTHROPIC, API_KEY_OPENAI
 from tests.helpers.otlp import StartTraced
@@ -74,6 +76,7 @@ async def test_json_lines_with_trace_ids_and_no_secrets(
         agent.answer({received.call_ids[0]: '{"orders": []}'})
         await agent.ask(stream=False)
     await traced.running.sidecar.rejections.aflush()
+    traced.running.sidecar.settle_ended()  # request lines are written in batches
 
     assert WRITER.flush()  # every line the log writer holds is written
     out, err = capfd.readouterr()
@@ -105,3 +108,28 @@ async def test_json_lines_with_trace_ids_and_no_secrets(
     # The keys did reach the provider: the sidecar forwards credentials, it just never logs them.
     sent = json.dumps([r.headers for r in model.requests])
     assert API_KEY_ANTHROPIC in sent and API_KEY_OPENAI in sent
+
+
+async def test_a_stopped_sidecar_has_written_every_request_line(
+    model: ScriptedModel,
+    start_sidecar: StartSidecar,
+    sidecar_logs: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Request lines are written in batches (sidecar/telemetry/batched.py): stopping the
+    sidecar writes the ones still waiting before anything else closes."""
+    monkeypatch.setattr(batched, "BATCH_S", 600.0)  # no batch timer fires during the test
+    running = await start_sidecar()
+    model.add_turns([Turn(text="One."), Turn(text="Two.")])
+    agent = AGENTS["anthropic"](running.proxy_url, TOOLS)
+    await agent.ask(stream=False)
+    await agent.ask(stream=True)
+    assert not _request_lines(sidecar_logs)  # waiting for their batch
+    await running.stop()
+    lines = _request_lines(sidecar_logs)
+    assert [line["stream"] for line in lines] == [False, True]
+    assert {line["outcome"] for line in lines} == {"done"}
+
+
+def _request_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
+    return [r.fields for r in caplog.records if getattr(r, "event", None) == "request"]

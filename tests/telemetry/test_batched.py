@@ -1,19 +1,23 @@
-"""The cost filter attributes ended exchanges in batches (sidecar/filters/cost.py BATCH_S):
-not at `on_done`, but within BATCH_S, at BATCH_MAX waiting, or before any read of the metrics."""
+"""Work after an exchange ends runs in batches (sidecar/telemetry/batched.py): not at `on_done`,
+but within BATCH_S, at BATCH_MAX waiting, before any read of the metrics, or at `Metrics.settle`
+(the sidecar closing). The cost filter's token attribution is the example here; the telemetry
+filter's request line is tested in test_logs.py."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import pytest
 from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from sidecar.dialects import ANTHROPIC
 from sidecar.exchange.state import Exchange
-from sidecar.filters import cost
 from sidecar.filters.cost import CostFilter
 from sidecar.model import Provider
+from sidecar.telemetry.batched import BATCH_MAX, BATCH_S, Batched
 from sidecar.telemetry.metrics import Metrics
 from tests.helpers.metrics import Scrape
 
@@ -55,20 +59,57 @@ async def test_an_ended_exchange_is_counted_by_the_batch_or_by_a_read() -> None:
     metrics = Metrics()
     costs = CostFilter(metrics)
     await _ended(costs, metrics)
-    assert costs._waiting  # not attributed at on_done
+    assert len(costs._ended) == 1  # not attributed at on_done
     assert _tokens(metrics) == 20  # a read settles the batch first
-    assert not costs._waiting
+    assert len(costs._ended) == 0
 
     await _ended(costs, metrics)
-    assert costs._waiting
-    await asyncio.sleep(cost.BATCH_S * 3)  # the batch's timer
-    assert not costs._waiting
+    assert len(costs._ended) == 1
+    await asyncio.sleep(BATCH_S * 3)  # the batch's timer
+    assert len(costs._ended) == 0
     assert metrics.status_summary()["tools"]["read_file"]["tokens"]["output"] == 40
 
 
 async def test_a_full_batch_is_attributed_at_once() -> None:
     metrics = Metrics()
     costs = CostFilter(metrics)
-    for _ in range(cost.BATCH_MAX):
+    for _ in range(BATCH_MAX - 1):
         await _ended(costs, metrics)
-    assert not costs._waiting
+    assert len(costs._ended) == BATCH_MAX - 1
+    await _ended(costs, metrics)
+    assert len(costs._ended) == 0
+    assert (
+        metrics.registry.get_sample_value("sidecar_tool_tokens_total", {"tool": "read_file", "direction": "output"})
+        == 20 * BATCH_MAX
+    )
+
+
+async def test_settle_does_every_batch_and_one_failing_item_loses_no_other(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics = Metrics()
+    done: list[int] = []
+    failed: list[int] = []
+
+    def work(item: int) -> None:
+        if item == 2:
+            raise ValueError("boom")
+        done.append(item)
+
+    def on_failure(item: int) -> None:
+        logging.getLogger("sidecar.test").exception("item %d failed", item)
+        failed.append(item)
+
+    first: Batched[int] = Batched(metrics, work, on_failure)
+    second: Batched[int] = Batched(metrics, lambda item: done.append(item * 10), on_failure)
+    for item in (1, 2, 3):
+        first.add(item)
+    second.add(4)
+    assert done == [] and (len(first), len(second)) == (3, 1)
+    with caplog.at_level(logging.ERROR, logger="sidecar.test"):
+        metrics.settle()  # what closing the sidecar does first
+    assert done == [1, 3, 40] and failed == [2]
+    assert "ValueError: boom" in caplog.text  # the failure handler runs inside the except
+    assert (len(first), len(second)) == (0, 0)
+    metrics.settle()  # nothing left: nothing done twice
+    assert done == [1, 3, 40]
