@@ -194,7 +194,7 @@ async def components(plan: Plan, policies: str, paced_found: list[dict[str, Any]
     the RSS after 100,000 sessions (a fresh sidecar of its own; full mode), on a machine the
     targets no longer load."""
     found: dict[str, Any] = {"paced": paced_found}
-    found["policy_p50_us"] = embedded_p50_us(plan.loop_n)
+    found["policy_p50_us"] = await embedded_p50_us(plan.loop_n)
     found["validation_median_us"] = valid_call_median_us(plan.loop_n)
     log(f"  policy p50 {found['policy_p50_us']:.1f} µs, validation median {found['validation_median_us']:.1f} µs")
     if plan.rss_sessions:
