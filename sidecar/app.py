@@ -345,8 +345,18 @@ class Sidecar:
         """The proxy port: aiohttp's low-level server straight into the handler, which takes
         every method and path itself (no router, no middlewares, no application per request:
         measured 145 against 190 us of CPU per forwarded request in a bare forwarder). The
-        handler reads bodies itself, bounded by `max_body_bytes`."""
-        return web.Server(self.handler.handle, handler_cancellation=True)
+        handler reads bodies itself, bounded by `max_body_bytes`. The requests it is handling
+        are counted (`Metrics.requests_in_flight`)."""
+        metrics, handle = self.metrics, self.handler.handle
+
+        async def counted(request: web.BaseRequest) -> web.StreamResponse:
+            metrics.requests_in_flight += 1
+            try:
+                return await handle(request)
+            finally:
+                metrics.requests_in_flight -= 1
+
+        return web.Server(counted, handler_cancellation=True)
 
     def admin_app(self) -> web.Application:
         return build_admin_app(self)

@@ -262,6 +262,9 @@ class Metrics:
         self._started = time.time()
         self._lock = threading.Lock()
         self._settles: list[Callable[[], None]] = []  # see settle_before_read
+        # Requests the proxy port is handling now (counted by the server, sidecar/app.py), not
+        # exported: batched work (sidecar/telemetry/batched.py) runs at once when it is the only one.
+        self.requests_in_flight = 0
         self._stats: dict[str, _ToolStats] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # (tool, direction) as a reply names them -> where their tokens go (bounded: only

@@ -1,7 +1,8 @@
 """Work after an exchange ends runs in batches (sidecar/telemetry/batched.py): not at `on_done`,
-but within BATCH_S, at BATCH_MAX waiting, before any read of the metrics, or at `Metrics.settle`
-(the sidecar closing). The cost filter's token attribution is the example here; the telemetry
-filter's request line is tested in test_logs.py."""
+but at the next turn of the loop when no other request is in flight, else within BATCH_S, at
+BATCH_MAX waiting, before any read of the metrics, or at `Metrics.settle` (the sidecar
+closing). The cost filter's token attribution is the example here; the telemetry filter's
+request line is tested in test_logs.py and test_logs_workload.py."""
 
 from __future__ import annotations
 
@@ -55,8 +56,15 @@ async def _ended(costs: CostFilter, metrics: Metrics) -> None:
     await costs.on_done(ex, None)  # type: ignore[arg-type]  # the filter does not read the end
 
 
-async def test_an_ended_exchange_is_counted_by_the_batch_or_by_a_read() -> None:
+def _busy() -> Metrics:
+    """Metrics of a sidecar handling other requests too: work waits for its batch."""
     metrics = Metrics()
+    metrics.requests_in_flight = 8
+    return metrics
+
+
+async def test_an_ended_exchange_is_counted_by_the_batch_or_by_a_read() -> None:
+    metrics = _busy()
     costs = CostFilter(metrics)
     await _ended(costs, metrics)
     assert len(costs._ended) == 1  # not attributed at on_done
@@ -70,8 +78,28 @@ async def test_an_ended_exchange_is_counted_by_the_batch_or_by_a_read() -> None:
     assert metrics.status_summary()["tools"]["read_file"]["tokens"]["output"] == 40
 
 
-async def test_a_full_batch_is_attributed_at_once() -> None:
+async def test_an_idle_sidecar_does_the_work_at_the_next_turn_of_the_loop() -> None:
     metrics = Metrics()
+    metrics.requests_in_flight = 1  # only the request that is ending
+    costs = CostFilter(metrics)
+    await _ended(costs, metrics)
+    await _ended(costs, metrics)
+    assert len(costs._ended) == 2  # not inside on_done: its answer is written first
+    await asyncio.sleep(0)
+    assert len(costs._ended) == 0
+    assert (
+        metrics.registry.get_sample_value("sidecar_tool_tokens_total", {"tool": "read_file", "direction": "output"})
+        == 40
+    )
+
+    metrics.requests_in_flight = 2  # busy again: the batch waits
+    await _ended(costs, metrics)
+    await asyncio.sleep(0)
+    assert len(costs._ended) == 1
+
+
+async def test_a_full_batch_is_attributed_at_once() -> None:
+    metrics = _busy()
     costs = CostFilter(metrics)
     for _ in range(BATCH_MAX - 1):
         await _ended(costs, metrics)
@@ -87,7 +115,7 @@ async def test_a_full_batch_is_attributed_at_once() -> None:
 async def test_settle_does_every_batch_and_one_failing_item_loses_no_other(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    metrics = Metrics()
+    metrics = _busy()
     done: list[int] = []
     failed: list[int] = []
 

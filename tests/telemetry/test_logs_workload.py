@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -120,6 +121,7 @@ async def test_a_stopped_sidecar_has_written_every_request_line(
     sidecar writes the ones still waiting before anything else closes."""
     monkeypatch.setattr(batched, "BATCH_S", 600.0)  # no batch timer fires during the test
     running = await start_sidecar()
+    running.sidecar.metrics.requests_in_flight += 5  # as if busy: the lines wait for a batch
     model.add_turns([Turn(text="One."), Turn(text="Two.")])
     agent = AGENTS["anthropic"](running.proxy_url, TOOLS)
     await agent.ask(stream=False)
@@ -133,3 +135,23 @@ async def test_a_stopped_sidecar_has_written_every_request_line(
 
 def _request_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
     return [r.fields for r in caplog.records if getattr(r, "event", None) == "request"]
+
+
+async def test_an_idle_sidecar_writes_the_request_line_right_after_the_answer(
+    model: ScriptedModel,
+    start_sidecar: StartSidecar,
+    sidecar_logs: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No other request in flight: the line is not held for a batch (which would run inside
+    a later request and delay it)."""
+    monkeypatch.setattr(batched, "BATCH_S", 600.0)  # only the idle path can write it
+    running = await start_sidecar()
+    model.add_turns([Turn(text="One.")])
+    await AGENTS["anthropic"](running.proxy_url, TOOLS).ask(stream=False)
+    for _ in range(50):  # the next turns of the loop, well short of any timer
+        if _request_lines(sidecar_logs):
+            break
+        await asyncio.sleep(0.001)
+    assert [line["outcome"] for line in _request_lines(sidecar_logs)] == ["done"]
+    assert running.sidecar.metrics.requests_in_flight == 0  # the server counted it in and out
