@@ -133,3 +133,29 @@ def test_upstream_url(base, path, query, expected):
     assert str(url) == expected
     assert (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port)
     assert url.raw_path.startswith(base.raw_path.rstrip("/") + "/")
+
+
+def test_a_remembered_route_is_the_route_and_memory_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routes are remembered by (method, raw path): asked again, or with other headers, the
+    answer is what resolving afresh gives; the memory holds a bounded number of short paths."""
+    from sidecar.proxy import routing
+
+    monkeypatch.setattr(routing, "_routes", {})
+    cases = [
+        ("GET", "/v1/models", ANTHROPIC_SDK),
+        ("GET", "/v1/models", NO_HEADERS),  # same path, other headers: the headers still decide
+        ("POST", "/anthropic/v1/%6dessages", NO_HEADERS),
+        ("POST", "/x%2F..%2Fv1/messages", NO_HEADERS),
+    ]
+    fresh = [resolve(*case) for case in cases]
+    again = [resolve(*case) for case in cases]
+    assert again == fresh
+    assert [r.provider for r in again[:2]] == [A, OA]
+    assert again[2].dialect is ANTHROPIC and again[2].provider is A
+
+    for i in range(routing._REMEMBERED + 10):
+        resolve("GET", f"/v1/files/file_{i}", NO_HEADERS)
+    assert len(routing._routes) <= routing._REMEMBERED
+    long_path = "/v1/files/" + "a" * routing._REMEMBERED_PATH
+    assert resolve("GET", long_path, NO_HEADERS).path == long_path
+    assert ("GET", long_path) not in routing._routes
