@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import httpx2 as httpx
+import pytest
 from aiohttp import web
 
 import tests.e2e.agents as agents_module
@@ -99,6 +101,31 @@ async def test_hold_denied_and_timeout(model, start_approvals):
     output = AGENTS["chat"].tool_outputs([r for r in model.requests if r.protocol][-1])[0]
     [waiting] = await pending(quick)
     assert (output["status"], output["approval_id"]) == ("approval_required", waiting["id"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_an_agent_gone_while_held_leaves_no_check_running(model, start_approvals, stream):
+    """The checks of a reply run as a task of their own (sidecar/exchange/runner.py): when
+    the agent goes away during them (here: held for approval), that task is cancelled and
+    waited for, for a whole reply as for a stream."""
+    running = await start_approvals(**HOLD)
+    agent = AGENTS["chat"](running.proxy_url, TOOLS, headers={"X-Sidecar-Session": f"held-gone-{stream}"})
+    model.add_turns([Turn(tool_calls=[send(OUTSIDE)])])
+    asking = asyncio.ensure_future(agent.ask(stream=stream))
+    await wait_for_pending(running)
+
+    def checking() -> list[asyncio.Task[Any]]:
+        return [t for t in asyncio.all_tasks() if "settle" in repr(t.get_coro())]
+
+    assert checking()  # the reply's checks, waiting for the human
+    asking.cancel()  # the agent goes away: its connection closes
+    with contextlib.suppress(asyncio.CancelledError):
+        await asking
+    for _ in range(200):
+        if not checking():
+            break
+        await asyncio.sleep(0.01)
+    assert not checking()
 
 
 async def test_webhook_is_retried_until_delivered(model, start_approvals):
