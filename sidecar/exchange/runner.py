@@ -135,10 +135,10 @@ async def in_own_task(
     exchanges that got there in the same turn, one after the other, with warm caches, where
     run at once each ran between two other requests' parsing and I/O. Measured at c=64,
     whole replies, same run, alternated rounds (CPU per request): a reply's checks in a task,
-    958 -> 843 and 883 -> 791 us (Anthropic, two runs), 959 -> 811 (Chat); then the request's
-    filters (`on_request`) too, 801 -> 734 and 796 -> 759 (Anthropic), 808 -> 770 (Chat).
-    Streams and c=1: no change either way (1,206 -> 1,210 and 1,186 -> 1,184 us streamed;
-    1,490 -> 1,499 and 1,523 -> 1,524 at c=1).
+    958 -> 843 and 883 -> 791 us (Anthropic, two runs), 959 -> 811 (Chat). Streams (which ran
+    their checks in a task already) and c=1: no change (1,206 -> 1,210 us streamed; 1,490 ->
+    1,499 at c=1). A task runs in a copy of the caller's context: what the step makes
+    current (a span) is not current for the caller afterwards.
     """
     task = asyncio.ensure_future(step)
     try:
@@ -264,7 +264,10 @@ class ExchangeRunner:
 
     async def _run(self, ex: Exchange, agent: AgentPort, end: _EndState) -> None:
         original = ex.request
-        await in_own_task(self.chain.request(ex))  # results matched, tools listed and hidden
+        # Not in a task of its own (in_own_task): the tracing filter makes the request's span
+        # current here, for the whole exchange; a task would make it current in its own copy
+        # of the context only.
+        await self.chain.request(ex)  # results matched, tools listed and hidden
         sent = time.perf_counter()
         try:
             async with self.upstream.open(ex, ex.outgoing(original)) as answer:
