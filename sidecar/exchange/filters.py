@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import ClassVar
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, ClassVar
 
 from sidecar.exchange.state import CallCheck, End, Exchange, RepairOutcome, ToolResultRecord
 from sidecar.model import Reply, ToolCall, Verdict, VerdictKind
@@ -87,6 +87,10 @@ class Filter:
     # earlier leg already took it (`CallCheck.earlier`: an MCP execution of a call the model
     # path delivered), so an approval covers one execution and a decision is never asked twice.
     decides_once: ClassVar[bool] = False
+    # Its `on_request` makes something current for the rest of the exchange (the tracing
+    # filter: the request's span): it runs in the exchange's own task, and so does every
+    # filter before it; the ones after it may run in a task of their own (`FilterChain.request`).
+    sets_context: ClassVar[bool] = False
 
     async def on_request(self, ex: Exchange) -> None:
         return None
@@ -137,6 +141,8 @@ class FilterFailed(Exception):
 
 # Reports a filter failure: (filter name, hook, exception, critical). Metrics and /readyz.
 FailureSink = Callable[[str, str, BaseException, bool], None]
+# Runs a step of the chain (a coroutine) and gives its result: `in_own_task` (runner.py).
+InTask = Callable[[Coroutine[Any, Any, None]], Awaitable[None]]
 
 
 def _overrides(f: Filter, hook: str) -> bool:
@@ -189,8 +195,19 @@ class FilterChain:
 
     # -- hooks -----------------------------------------------------------------------------
 
-    async def request(self, ex: Exchange) -> None:
-        for f in self._by_hook["on_request"]:
+    async def request(self, ex: Exchange, in_task: InTask | None = None) -> None:
+        """`on_request`, then `on_result` per result. `in_task`: how to run the filters after
+        the last one that `sets_context` (sidecar/exchange/runner.py: as a task of their own,
+        whose context is a copy of this one, made after that filter made its span current)."""
+        filters = self._by_hook["on_request"]
+        split = max((i + 1 for i, f in enumerate(filters) if f.sets_context), default=0)
+        for f in filters[:split]:
+            await self._run(f, "on_request", f.on_request(ex))
+        rest = self._request_rest(ex, filters[split:])
+        await (rest if in_task is None else in_task(rest))
+
+    async def _request_rest(self, ex: Exchange, filters: Sequence[Filter]) -> None:
+        for f in filters:
             await self._run(f, "on_request", f.on_request(ex))
         for record in ex.results:
             for f in self._by_hook["on_result"]:

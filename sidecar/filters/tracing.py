@@ -168,6 +168,7 @@ class TracingFilter(Filter):
     """
 
     name = "tracing"
+    sets_context = True  # the request's span, current for the whole exchange
 
     def __init__(
         self,

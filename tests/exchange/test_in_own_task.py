@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 
 import pytest
+from multidict import CIMultiDict
+from yarl import URL
 
+from sidecar.dialects import ANTHROPIC
+from sidecar.exchange.filters import Filter, FilterChain
 from sidecar.exchange.runner import in_own_task
+from sidecar.exchange.state import Exchange
+from sidecar.model import Provider
+
+REQUEST = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
 
 
 async def test_the_result_or_the_error_of_the_step() -> None:
@@ -63,3 +72,39 @@ async def test_a_caller_that_stops_waiting_leaves_nothing_running(how: str) -> N
         with pytest.raises(ConnectionResetError):
             await in_own_task(held(), failing_wait)
     assert unwound.is_set()  # waited for, not only cancelled
+
+
+async def test_filters_after_the_one_that_sets_context_run_in_a_task_and_see_it() -> None:
+    """`FilterChain.request(ex, in_own_task)`: a filter that `sets_context` (tracing) and every
+    filter before it run in the caller's task, so what it makes current stays current for the
+    caller; the filters after it run in a task of their own, and see it too."""
+    current: contextvars.ContextVar[str] = contextvars.ContextVar("current", default="none")
+    seen: dict[str, tuple[str, bool]] = {}
+    caller = asyncio.current_task()
+
+    class Probe(Filter):
+        def __init__(self, name: str, sets: bool = False) -> None:
+            self.name, self.sets = name, sets
+
+        async def on_request(self, ex: Exchange) -> None:
+            if self.sets:
+                current.set("span")
+            seen[self.name] = (current.get(), asyncio.current_task() is caller)
+
+    class Setter(Probe):
+        sets_context = True
+
+    chain = FilterChain([Probe("first"), Setter("tracing", sets=True), Probe("later")])
+    ex = Exchange(
+        "x",
+        Provider.ANTHROPIC,
+        ANTHROPIC,
+        "s",
+        ANTHROPIC.read_request(REQUEST),
+        REQUEST,
+        URL("http://u"),
+        CIMultiDict(),
+    )
+    await chain.request(ex, in_own_task)
+    assert seen == {"first": ("none", True), "tracing": ("span", True), "later": ("span", False)}
+    assert current.get() == "span"  # still current for the rest of the exchange
