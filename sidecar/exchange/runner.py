@@ -137,9 +137,9 @@ async def in_own_task(
     whole replies, same run, alternated rounds (CPU per request): a reply's checks in a task,
     958 -> 843 and 883 -> 791 us (Anthropic, two runs), 959 -> 811 (Chat). Streams (which ran
     their checks in a task already) and c=1: no change (1,206 -> 1,210 us streamed; 1,490 ->
-    1,499 at c=1). The request's filters in a task too: 801 -> 734 and 796 -> 759 (Anthropic),
-    808 -> 770 (Chat). A task runs in a copy of the caller's context: what the step makes
-    current (a span) is not current for the caller afterwards (`Filter.sets_context`).
+    1,499 at c=1). The request's filters after the tracing filter in a task too: 800 -> 766
+    (Anthropic). A task runs in a copy of the caller's context: what the step makes current
+    (a span) is not current for the caller afterwards (`Filter.sets_context`).
     """
     task = asyncio.ensure_future(step)
     try:
