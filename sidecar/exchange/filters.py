@@ -166,6 +166,7 @@ class FilterChain:
         self._on_failure = on_failure
         # Per hook, only the filters that implement it: an empty hook costs nothing.
         self._by_hook: dict[str, list[Filter]] = {h: [f for f in self.filters if _overrides(f, h)] for h in HOOKS}
+        self._split_request()
 
     def add(self, extra: Filter) -> None:
         """Append a filter at the end of the chain."""
@@ -173,6 +174,13 @@ class FilterChain:
         for hook, members in self._by_hook.items():
             if _overrides(extra, hook):
                 members.append(extra)
+        self._split_request()
+
+    def _split_request(self) -> None:
+        """The `on_request` filters up to the last one that `sets_context`, and the rest."""
+        filters = self._by_hook["on_request"]
+        split = max((i + 1 for i, f in enumerate(filters) if f.sets_context), default=0)
+        self._request_in_context, self._request_rest_filters = filters[:split], filters[split:]
 
     def names(self) -> list[str]:
         return [f.name for f in self.filters]
@@ -199,15 +207,13 @@ class FilterChain:
         """`on_request`, then `on_result` per result. `in_task`: how to run the filters after
         the last one that `sets_context` (sidecar/exchange/runner.py: as a task of their own,
         whose context is a copy of this one, made after that filter made its span current)."""
-        filters = self._by_hook["on_request"]
-        split = max((i + 1 for i, f in enumerate(filters) if f.sets_context), default=0)
-        for f in filters[:split]:
+        for f in self._request_in_context:
             await self._run(f, "on_request", f.on_request(ex))
-        rest = self._request_rest(ex, filters[split:])
+        rest = self._request_rest(ex)
         await (rest if in_task is None else in_task(rest))
 
-    async def _request_rest(self, ex: Exchange, filters: Sequence[Filter]) -> None:
-        for f in filters:
+    async def _request_rest(self, ex: Exchange) -> None:
+        for f in self._request_rest_filters:
             await self._run(f, "on_request", f.on_request(ex))
         for record in ex.results:
             for f in self._by_hook["on_result"]:

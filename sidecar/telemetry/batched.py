@@ -15,10 +15,9 @@ that just ended), the work is done at once, right after that exchange's answer i
 low load there is nothing to share caches with, and a batch held for `BATCH_S` would run in
 the middle of a later request and delay it (at c=1, whole Anthropic replies, a 50 ms batch
 held ~37 exchanges; p99 5.00 ms that way, 2.38 ms with the work done at once when idle, same
-run). Otherwise an item waits at most
-`BATCH_S`, or until `BATCH_MAX` are waiting: that bounds what one batch holds the loop for
-(16 exchanges, ~1.6 ms at the 103 us per exchange bench_ablation.py measured), the delay the
-requests in flight then share.
+run). Otherwise an item waits at most `BATCH_S`, or until `BATCH_MAX` are waiting: that bounds
+what one batch holds the loop for (16 exchanges, ~1.6 ms at the 103 us per exchange
+bench_ablation.py measured), the delay the requests in flight then share.
 
 Every batch is settled before the metrics are read (`Metrics.settle_before_read`), so a
 scrape or `/v1/status` never misses an exchange that ended, and when the sidecar closes
