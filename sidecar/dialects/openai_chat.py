@@ -570,18 +570,22 @@ class _ChatStream(StreamAssembler):
     ) -> tuple[int | None, bool]:
         """One choice-0 entry of a chunk, given what earlier entries of the same chunk gave:
         (the first item it touches, whether a call starts in the chunk)."""
-        delta = as_dict(choice.get("delta"))
-        if isinstance(delta.get("content"), str):
-            self.grow(self.items[0].wire, "text", delta["content"])
+        delta = choice.get("delta")
+        if type(delta) is not dict:  # `as_dict`, without the call (parsed JSON: plain dicts)
+            delta = {}
+        content = delta.get("content")
+        if isinstance(content, str):
+            self.grow(self.items[0].wire, "text", content)
             first_position = 0 if first_position is None else first_position
-        for fragment in as_list(delta.get("tool_calls")):
+        fragments = delta.get("tool_calls")
+        for fragment in fragments if type(fragments) is list else ():
             if not isinstance(fragment, dict):
                 continue
             position, new = self._fragment(fragment)
             if first_position is None or first_position == 0:
                 first_position = position
             started = started or new
-        if isinstance(delta.get(LEGACY), dict):
+        if LEGACY in delta and isinstance(delta[LEGACY], dict):
             position, new = self._legacy_fragment(delta[LEGACY])
             if first_position is None or first_position == 0:
                 first_position = position

@@ -100,7 +100,9 @@ class AgentPort(Protocol):
 
     async def write(self, data: bytes) -> None: ...
 
-    async def close_stream(self) -> None: ...
+    async def close_stream(self, last: bytes = b"") -> None:
+        """End the stream; `last` goes out with its end, in one write."""
+        ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,10 +511,9 @@ class _StreamDelivery:
             if ex.repair_rounds:
                 # Headers left long ago: say it the way clients ignore, an SSE comment.
                 tail = f": {REPAIR_HEADER}: {ex.repair_rounds}\n\n".encode() + tail
-            await self.agent.write(tail)
         else:
-            await self.agent.write(b"".join(event.raw for event in assembler.held if not _already_sent(ex, event)))
-        await self.agent.close_stream()
+            tail = b"".join(event.raw for event in assembler.held if not _already_sent(ex, event))
+        await self.agent.close_stream(tail)  # the held part and the stream's end: one write
 
 
 class _EndState:

@@ -140,9 +140,9 @@ class AiohttpAgent:
         assert self.response is not None, "open_stream first"
         await self.response.write(data)
 
-    async def close_stream(self) -> None:
+    async def close_stream(self, last: bytes = b"") -> None:
         assert self.response is not None, "open_stream first"
-        await self.response.write_eof()
+        await self.response.write_eof(last)
 
 
 async def read_body(request: web.BaseRequest, limit: int) -> bytes:
