@@ -385,7 +385,9 @@ class ExchangeRunner:
                 chunk = await self._timed(ex, answer.chunk())
                 ascii_so_far = ascii_so_far and chunk.isascii()
                 events = parser.feed(chunk) if chunk else parser.flush()
-                # What arrived in one read goes out in one write: no event waits for another.
+                # What arrived in one read goes out in one write: no event waits for another,
+                # nor for the events held after it (they are read before the checks run, but
+                # the agent need not wait for that: the write goes when holding starts).
                 ready = []
                 for event in events:
                     if not ascii_so_far and not _utf8(event.raw):
@@ -397,6 +399,9 @@ class ExchangeRunner:
                         break
                     else:
                         held_bytes += len(event.raw)
+                        if ready:
+                            await agent.write(b"".join(ready))
+                            ready = []
                 if ready:
                     await agent.write(b"".join(ready))
                 if assembler.violation is not None:

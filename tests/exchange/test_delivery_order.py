@@ -11,13 +11,19 @@ import asyncio
 from typing import Any
 
 import anthropic
+import orjson
 import pytest
+from aiohttp import web
 
+from sidecar.dialects import StreamAssembler
+from sidecar.dialects.sse import SSEEvent, parse_sse
 from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import End, Exchange
 from sidecar.model import Reply, ToolCall
+from sidecar.proxy.handler import AiohttpAgent
 from sidecar.scripted import ToolCallSpec, Turn
 from tests.helpers.ledger import TOOLS
+from tests.helpers.serve import serve
 
 SEARCH = ToolCallSpec("support_tickets_search", {"query": "refund"})
 HOLD_S = 5.0  # how long a held hook waits for the test before it gives up (then the test fails)
@@ -105,3 +111,75 @@ async def test_reply_ends_only_after_on_delivered(start_sidecar, model, stream: 
     holds.release.set()
     assert await asyncio.wait_for(reading, HOLD_S) == ["support_tickets_search"]
     assert holds.released_in_time is True
+
+
+# One read holding the whole stream: text the agent may have at once, then a call to hold.
+_ONE_READ = b"".join(
+    b"event: " + name.encode() + b"\ndata: " + orjson.dumps({"type": name, **fields}) + b"\n\n"
+    for name, fields in [
+        (
+            "message_start",
+            {
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "model": "m",
+                    "usage": {"input_tokens": 3, "output_tokens": 0},
+                }
+            },
+        ),
+        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "Searching."}}),
+        ("content_block_stop", {"index": 0}),
+        (
+            "content_block_start",
+            {"index": 1, "content_block": {"type": "tool_use", "id": "toolu_1", "name": SEARCH.name, "input": {}}},
+        ),
+        (
+            "content_block_delta",
+            {"index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"query": "refund"}'}},
+        ),
+        ("content_block_stop", {"index": 1}),
+        ("message_delta", {"delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+        ("message_stop", {}),
+    ]
+)
+
+
+async def test_text_goes_out_before_the_held_rest_of_its_read_is_read(start_sidecar, monkeypatch) -> None:
+    """A read that starts a call: what may go out at once is written when holding starts, not
+    after the held events behind it in the same read are read (the first byte waits less)."""
+    seen: list[str] = []
+    feed, write = StreamAssembler.feed, AiohttpAgent.write
+
+    def logged_feed(self: StreamAssembler, event: SSEEvent) -> bool:
+        seen.append(f"read {event.event}")
+        return feed(self, event)
+
+    async def logged_write(self: AiohttpAgent, data: bytes) -> None:
+        seen.append(f"write {len(parse_sse(data))} events")
+        await write(self, data)
+
+    monkeypatch.setattr(StreamAssembler, "feed", logged_feed)
+    monkeypatch.setattr(AiohttpAgent, "write", logged_write)
+
+    async def upstream(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=_ONE_READ, headers={"Content-Type": "text/event-stream"})
+
+    async with serve(upstream) as url:
+        sidecar = await start_sidecar(anthropic_upstream=url)
+        calls = await _read_calls(_client(sidecar), stream=True)
+    assert calls == ["support_tickets_search"]
+    # The four text events are written right after the call's start is read (held), before
+    # anything behind it.
+    held_from = seen.index("read content_block_start", seen.index("read content_block_stop"))
+    assert seen[held_from + 1] == "write 4 events"
+    assert seen[held_from + 2 :] == [
+        "read content_block_delta",
+        "read content_block_stop",
+        "read message_delta",
+        "read message_stop",
+    ]
