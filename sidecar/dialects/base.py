@@ -211,11 +211,6 @@ class StreamAssembler(ABC):
         data = event.data
         if not data or data.isspace():  # `not data.strip()`, without making the stripped copy
             return None
-        if len(data) <= 2 * MAX_DEPTH:  # most events: too short to nest too deep (`_check_depth`)
-            try:
-                return orjson.loads(data)
-            except orjson.JSONDecodeError:
-                pass  # `loads` reads what orjson refuses, or says why not
         try:
             return loads(data)
         except ValueError:
