@@ -15,11 +15,12 @@ py-spy's `--nonblocking` mode is the default here. Its default mode stops the pr
 every sample, and on this project's benchmark machine that stop lands on one cheap system
 call far more often than the call's share of the time: at c=64, whole Anthropic replies,
 `LineWriter._hold` (whose only notable work is asyncio's running-loop check, a `getpid` of
-0.1 µs) had 4.7% of the own samples with stops, 0.1% without, same load. Without stops py-spy
-reads a stack while it changes, and many stacks come out cut short (the report says how many
-reached the event loop's entry; about half at c=64): so "in all" shares are a lower bound, and
-the own shares (the innermost frame) are the better guide. `--blocking` samples the other way:
-whole stacks, for the "in all" view, with the stops' bias in the own view.
+0.1 µs) had 1.3-4.7% of the own samples with stops (runs on two days), 0.1% or less without
+(two runs), same load. Without stops py-spy reads a stack while it changes, and many stacks
+come out cut short (the report says how many reached the event loop's entry; about half at
+c=64): so "in all" shares are a lower bound, and the own shares (the innermost frame) are the
+better guide. `--blocking` samples the other way: whole stacks, for the "in all" view, with the
+stops' bias in the own view.
 
 A profile says where time goes, not what taking a part away would save: bench_ablation.py
 measures that.
