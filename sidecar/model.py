@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, NoReturn, Protocol, TypeVar
 
 import orjson
 
@@ -189,7 +189,41 @@ def declaration_hash(declaration: ToolDeclaration) -> str:
     return sha256_hex(canonical_json(document))
 
 
-class ToolList(dict[str, ToolDeclaration]):
+def _read_only(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(f"this {type(self).__name__} is shared by every request that declares it: copy it to edit")
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class FrozenDict(dict[K, V]):
+    """A dict shared between requests: reads like a dict, raises TypeError on any edit.
+
+    Sharing one object between the requests that send the same thing (a tool list) is what
+    saves reading it again; an edit would leak into every other request, so there is none."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = __ior__ = _read_only
+
+    def __reduce__(self) -> tuple[type[dict[K, V]], tuple[dict[K, V]]]:
+        """A copy (copy, deepcopy, pickle) is a plain dict, which its owner may edit."""
+        return dict, (dict(self),)
+
+
+class FrozenList(list[V]):
+    """A list shared between requests: reads like a list, raises TypeError on any edit."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = _read_only
+    __iadd__ = __imul__ = _read_only
+
+    def __reduce__(self) -> tuple[type[list[V]], tuple[list[V]]]:
+        """A copy (copy, deepcopy, pickle) is a plain list, which its owner may edit."""
+        return list, (list(self),)
+
+
+class ToolList(FrozenDict[str, ToolDeclaration]):
     """The client tools of one distinct tool list, by name: read once, then shared by every
     request that declares the same list (the dialects' `declarations`). Never edited: a filter
     that narrows a request's tools makes a new mapping.
@@ -199,18 +233,6 @@ class ToolList(dict[str, ToolDeclaration]):
     where recognising the list by its contents would walk it: the very work saved."""
 
     __slots__ = ("__weakref__",)
-
-    def _read_only(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("a ToolList is shared by every request that declares it: copy it to edit")
-
-    __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = __ior__ = _read_only  # type: ignore[assignment]
-
-    def __reduce__(self) -> tuple[type[dict[str, ToolDeclaration]], tuple[dict[str, ToolDeclaration]]]:
-        """A copy (copy, deepcopy, pickle) is a plain dict, which its owner may edit."""
-        return dict, (dict(self),)
-
-
-V = TypeVar("V")
 
 
 class PerToolList(Generic[V]):

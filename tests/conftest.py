@@ -10,6 +10,7 @@ import pytest
 
 from sidecar.app import Running, start
 from sidecar.config import load_settings
+from sidecar.dialects.request_body import edited_shared_lists
 from sidecar.policy.sources import init_directory
 from sidecar.scripted import ScriptedModel
 from tests.helpers.redis_server import run_redis_server
@@ -18,6 +19,14 @@ from tests.helpers.redis_server import run_redis_server
 pytest_plugins = ["tests.helpers.otlp"]
 
 StartSidecar = Callable[..., Awaitable[Running]]
+
+
+@pytest.fixture(autouse=True)
+def _shared_tool_lists_untouched() -> Iterator[None]:
+    """Tool lists are shared between requests (sidecar.dialects.request_body) and frozen; this
+    checks after every test that nothing edited one behind the freeze (e.g. through dict.__setitem__)."""
+    yield
+    assert edited_shared_lists() == [], "a shared request tool list was edited in place"
 
 
 @pytest.fixture

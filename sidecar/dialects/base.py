@@ -45,7 +45,7 @@ from sidecar.model import (
 # of the bound is read every time.
 DECLARATION_CACHE_BYTES = 16 * 1024 * 1024
 _NO_DECLARATIONS: Mapping[str, ToolDeclaration] = MappingProxyType({})
-_DECLARATIONS: LRUCache[tuple[str, bytes], tuple[ToolList, int]] = LRUCache(
+_DECLARATIONS: LRUCache[tuple[str, tuple[bytes, ...]], tuple[ToolList, int]] = LRUCache(
     DECLARATION_CACHE_BYTES, getsizeof=lambda entry: 2 * entry[1]
 )
 
@@ -73,11 +73,11 @@ def loads(data: bytes | str) -> Any:
         except RecursionError as exc:
             raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
         return _writable(value, 0)
-    _check_depth(data, value)
+    check_depth(data, value)
     return value
 
 
-def _check_depth(data: bytes | str, value: Any) -> None:
+def check_depth(data: bytes | str, value: Any) -> None:
     """Raise TooDeep if orjson could not write `value` (read from `data`) back."""
     # Nesting N levels takes 2N bytes at least: a short text (a stream event) cannot be too
     # deep. For a longer one, writing it back is the check, and the cheapest one: 5 us for
@@ -141,7 +141,7 @@ def parse_arguments(raw: str | None) -> tuple[dict[str, Any] | None, str | None]
     except orjson.JSONDecodeError as exc:
         return None, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
     try:
-        _check_depth(raw, value)
+        check_depth(raw, value)
     except TooDeep as exc:
         return None, str(exc)
     if not isinstance(value, dict):
@@ -331,17 +331,19 @@ class Dialect(ABC):
         if not any(declaring):
             return _NO_DECLARATIONS
         try:
-            raw = orjson.dumps(declaring)
+            # A list shared between requests (`request_body`) carries its text, hash included.
+            texts = tuple(getattr(value, "written", None) or orjson.dumps(value) for value in declaring)
         except TypeError:  # not from JSON (a caller's own body): read it, do not cache it
             return MappingProxyType(self.read_declarations(body))
-        key = (type(self).__name__, raw)
+        key = (type(self).__name__, texts)
         cached = _DECLARATIONS.get(key)
         if cached is not None:
             return cached[0]
-        if 2 * len(raw) > DECLARATION_CACHE_BYTES // 10:  # read every time: not one shared list
+        size = sum(map(len, texts))
+        if 2 * size > DECLARATION_CACHE_BYTES // 10:  # read every time: not one shared list
             return MappingProxyType(self.read_declarations(body))
         tools = ToolList(self.read_declarations(body))
-        _DECLARATIONS[key] = (tools, len(raw))
+        _DECLARATIONS[key] = (tools, size)
         return tools
 
     def read_declarations(self, body: dict[str, Any]) -> dict[str, ToolDeclaration]:

@@ -22,7 +22,8 @@ from yarl import URL
 
 from sidecar.config import Settings
 from sidecar.dialects.base import MAX_DEPTH, Dialect, TooDeep
-from sidecar.exchange.runner import ExchangeRunner, UpstreamAnswer, UpstreamError, json_object
+from sidecar.dialects.request_body import request_object
+from sidecar.exchange.runner import ExchangeRunner, UpstreamAnswer, UpstreamError
 from sidecar.exchange.state import Exchange, Origin
 from sidecar.identity import session_id
 from sidecar.model import Provider, RefusalReason, RequestView
@@ -61,7 +62,7 @@ def _request_object(body: bytes) -> dict[str, Any]:
             RefusalReason.ENCODING, f"the request body is not valid UTF-8 (byte {exc.start}): send UTF-8 JSON"
         ) from None
     try:
-        payload = json_object(body)
+        payload = request_object(body)
     except TooDeep:
         raise _Unreadable(RefusalReason.DEPTH, f"request JSON nests deeper than {MAX_DEPTH} levels") from None
     if payload is None:

@@ -1,0 +1,180 @@
+"""Request bodies share their tool lists between requests (sidecar/dialects/request_body.py): the
+value read is always the one `loads` reads, a tool list sent again is the frozen list read the
+first time, and what the fast path reads is held to the same rules (depth) as the old way."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+
+from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
+from sidecar.dialects.base import MAX_DEPTH, TooDeep, loads
+from sidecar.dialects.request_body import SharedList, edited_shared_lists, request_object
+from sidecar.model import FrozenDict, FrozenList
+
+
+def _tools(tag: str) -> list[dict[str, Any]]:
+    """A tool list no other test sends (the shared lists outlive a test)."""
+    return [
+        {"name": f"search_{tag}", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}},
+        {"name": f"fetch_{tag}", "input_schema": {"type": "object", "required": ["url"]}},
+    ]
+
+
+def _body(tools: Any, **extra: Any) -> bytes:
+    return orjson.dumps(
+        {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "tools": tools, **extra}
+    )
+
+
+def _twice(body: bytes) -> tuple[Any, Any]:
+    return request_object(body), request_object(body)
+
+
+def test_a_tool_list_sent_again_is_the_frozen_list_read_the_first_time() -> None:
+    tools = _tools(uuid.uuid4().hex)
+    first, again = _twice(_body(tools))
+    assert first == again == loads(_body(tools))
+    assert isinstance(again["tools"], SharedList) and again["tools"] is first["tools"]
+    assert again["messages"] is not first["messages"]  # every other value is read afresh
+    again["messages"].append({"role": "user", "content": "mine"})  # and belongs to its request
+    # Whitespace elsewhere in the body does not matter; the list's own bytes do.
+    spaced = request_object(_body(tools).replace(b'"model":', b'  "model" :  '))
+    assert spaced is not None and spaced["tools"] is first["tools"]
+    other = request_object(orjson.dumps({"tools": tools}, option=orjson.OPT_INDENT_2))
+    assert other is not None and other["tools"] == tools and other["tools"] is not first["tools"]
+
+
+def test_a_shared_list_refuses_every_edit_and_copies_are_plain() -> None:
+    body = _body(_tools(uuid.uuid4().hex))
+    shared = _twice(body)[1]["tools"]
+    tool = shared[0]
+    schema = tool["input_schema"]
+    assert isinstance(tool, FrozenDict) and isinstance(schema["properties"], FrozenDict)
+    edits = [
+        lambda: shared.append({}),
+        lambda: shared.__setitem__(0, {}),
+        lambda: shared.pop(),
+        lambda: shared.sort(key=str),
+        lambda: shared.__iadd__([{}]),
+        lambda: tool.__setitem__("name", "x"),
+        lambda: tool.pop("name"),
+        lambda: tool.update(name="x"),
+        lambda: schema["properties"].clear(),
+        lambda: (
+            schema["required"].append("q")
+            if "required" in schema
+            else shared[1]["input_schema"]["required"].append("q")
+        ),
+    ]
+    for edit in edits:
+        with pytest.raises(TypeError, match="shared by every request"):
+            edit()
+    assert orjson.dumps(shared) == orjson.dumps(loads(body)["tools"])
+    for copied in (copy.deepcopy(shared), pickle.loads(pickle.dumps(shared))):
+        assert type(copied) is list and type(copied[0]) is dict and type(copied[0]["input_schema"]) is dict
+        copied[0]["name"] = "mine"
+        copied.append({})
+    assert type(copy.copy(tool)) is dict
+    assert edited_shared_lists() == []
+
+
+def test_an_edit_behind_the_freeze_is_found() -> None:
+    shared = _twice(_body(_tools(uuid.uuid4().hex)))[1]["tools"]
+    dict.__setitem__(shared[0], "name", "edited")
+    try:
+        assert shared.raw in edited_shared_lists()
+    finally:
+        dict.__setitem__(shared[0], "name", orjson.loads(shared.raw)[0]["name"])
+    assert edited_shared_lists() == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"tools": [1], "tools": [2], "model": "m"}',  # duplicate keys: the last value wins
+        b'{"tools": [], "n": 1e400}',  # a number only the stdlib fallback reads
+        b'{"tools": [], "n": NaN}',
+        b'{"tools": [], "caf\xc3\xa9": "\xe2\x82\xac"}',
+        b' \n{"tools" : [ {"name" : "x"} ] }\t',
+        b'{"tools": {"not": "a list"}}',
+        b'{"functions": [{"name": "f"}], "tools": [{"name": "t"}]}',
+        b"\xef\xbb\xbf{}",  # a BOM: the stdlib fallback reads past it
+        b"[1, 2]",
+        b'"tools"',
+        b"{}",
+    ],
+)
+def test_the_value_read_is_the_one_loads_reads(body: bytes) -> None:
+    expected = loads(body)
+    for _ in range(2):  # the first read and the one that may share
+        got = request_object(body)
+        assert got == (expected if isinstance(expected, dict) else None)
+        if got is not None:
+            assert list(got) == list(expected)  # key order too, as forwarded bodies keep it
+
+
+@pytest.mark.parametrize("body", [b'{"tools": [1],', b'{"tools": [1]} x', b'{"a": 01}', b'{"a": [1,]}'])
+def test_what_loads_refuses_is_refused(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        loads(body)
+    assert request_object(body) is None
+
+
+def test_depth_is_checked_on_the_fast_path_too() -> None:
+    body = _body(_tools(uuid.uuid4().hex))
+    assert request_object(body) is not None
+    deep = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)
+    too_deep = body[:-1] + b', "metadata": ' + deep + b"}"
+    with pytest.raises(TooDeep):
+        loads(too_deep)
+    with pytest.raises(TooDeep):
+        request_object(too_deep)  # the tool list is a hit, the rest is read afresh and checked
+
+
+def test_hiding_tools_and_declarations_work_on_a_shared_list() -> None:
+    tag = uuid.uuid4().hex
+    body = _body(_tools(tag))
+    plain = loads(body)
+    shared = _twice(body)[1]
+    assert isinstance(shared["tools"], SharedList)
+    assert ANTHROPIC.declarations(shared) is ANTHROPIC.declarations(copy.deepcopy(plain))  # one key for both
+    hidden = ANTHROPIC.hide_tools(shared, {f"search_{tag}"})
+    assert [tool["name"] for tool in hidden["tools"]] == [f"fetch_{tag}"]
+    assert len(shared["tools"]) == 2
+    chat_tools = [{"type": "function", "function": {"name": f"f_{tag}", "parameters": {"type": "object"}}}]
+    chat = orjson.dumps({"model": "m", "messages": [], "functions": [{"name": f"g_{tag}"}], "tools": chat_tools})
+    again = _twice(chat)[1]
+    assert isinstance(again["functions"], SharedList) and isinstance(again["tools"], SharedList)
+    assert OPENAI_CHAT.declarations(again) is OPENAI_CHAT.declarations(loads(chat))
+    narrowed = OPENAI_CHAT.hide_tools(again, {f"g_{tag}"})
+    assert "functions" not in narrowed and again["functions"] == [{"name": f"g_{tag}"}]
+
+
+def test_nested_containers_are_frozen_all_the_way_down() -> None:
+    tools = [{"name": "n", "input_schema": {"anyOf": [{"type": "array", "items": [{"enum": [uuid.uuid4().hex]}]}]}}]
+    shared = _twice(_body(tools))[1]["tools"]
+    inner = shared[0]["input_schema"]["anyOf"][0]["items"]
+    assert (
+        isinstance(inner, FrozenList) and isinstance(inner[0], FrozenDict) and isinstance(inner[0]["enum"], FrozenList)
+    )
+    with pytest.raises(TypeError):
+        inner[0]["enum"].append("x")
+
+
+def test_dataclass_copies_of_a_shared_list_work() -> None:
+    """`dataclasses.asdict` (the state records) copies a list by calling its type on the items."""
+    from dataclasses import asdict, dataclass
+
+    @dataclass
+    class Record:
+        tools: list[Any]
+
+    shared = _twice(_body(_tools(uuid.uuid4().hex)))[1]["tools"]
+    copied = asdict(Record(shared))["tools"]
+    assert copied == shared and orjson.dumps(copied) == orjson.dumps(shared)
