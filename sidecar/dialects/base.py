@@ -77,6 +77,17 @@ def loads(data: bytes | str) -> Any:
     return value
 
 
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object; None for anything else. Raises TooDeep (see `loads`)."""
+    try:
+        value = loads(body)
+    except TooDeep:
+        raise
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def check_depth(data: bytes | str, value: Any) -> None:
     """Raise TooDeep if orjson could not write `value` (read from `data`) back."""
     # Nesting N levels takes 2N bytes at least: a short text (a stream event) cannot be too

@@ -6,11 +6,11 @@ after the exchange, was the largest part of reading a request. Here the body is 
 top-level values first (msgspec, which validates the whole body and only locates the values); a
 tool list whose bytes equal those of a list read earlier is that earlier list, and every other
 value is parsed afresh by orjson, as the whole body used to be. Anything unusual (a body msgspec
-or orjson refuses, a number orjson cannot read) is read the old way, by `loads`.
+or orjson refuses, a number orjson cannot read) is read the old way, by `json_object`.
 
 A shared list is one object used by every request that declares it, so it is frozen: its lists
 and objects raise on any edit (a filter that narrows the tools builds a new list, as
-`hide_tools` does), and `edited_shared_lists` lets the tests check, after each exchange, that none was
+`hide_tools` does), and `edited_shared_lists` lets the tests check, after each test, that none was
 edited behind the freeze.
 """
 
@@ -23,7 +23,7 @@ import msgspec
 import orjson
 from cachetools import LRUCache
 
-from sidecar.dialects.base import TooDeep, check_depth, loads
+from sidecar.dialects.base import check_depth, json_object
 from sidecar.model import FrozenDict, FrozenList
 
 # The top-level keys whose values are tool lists (Chat's legacy `functions` too).
@@ -69,19 +69,16 @@ def _frozen(value: Any) -> Any:
 def request_object(body: bytes) -> dict[str, Any] | None:
     """The request body as a JSON object; None for anything else. Raises TooDeep (see `loads`).
 
-    The same value `loads` reads, except that a top-level tool list seen before (the same
-    bytes) is the shared, frozen list read then."""
+    The same value `json_object` reads, except that a top-level tool list seen before (the
+    same bytes) is the shared, frozen list read then."""
     try:
         parts = _SPLIT.decode(body)
-    except (msgspec.DecodeError, RecursionError):  # not a JSON object msgspec reads (or too deep for it): the old way
-        return _whole(body, None)
-    shared: dict[str, SharedList] = {}
-    for key in SHARED_KEYS.intersection(parts):
-        hit = _SHARED.get(bytes(memoryview(parts[key])))
-        if hit is not None:
-            shared[key] = hit
+    except (msgspec.DecodeError, RecursionError):  # not an object msgspec reads (or too deep for it)
+        return json_object(body)
+    hits = ((key, _SHARED.get(bytes(parts[key]))) for key in SHARED_KEYS.intersection(parts))
+    shared = {key: hit for key, hit in hits if hit is not None}
     if not shared:
-        return _whole(body, parts)
+        return _read_and_share(body, parts)
     value: dict[str, Any] = {}
     fresh: dict[str, Any] = {}
     try:
@@ -91,37 +88,23 @@ def request_object(body: bytes) -> dict[str, Any] | None:
             else:
                 value[key] = fresh[key] = orjson.loads(memoryview(raw))
     except orjson.JSONDecodeError:  # e.g. 1e400, which only the stdlib fallback reads
-        return _whole(body, None)
+        return json_object(body)
     # The shared lists passed the depth check at this same place (a top-level value) when
     # they were first read; the values read afresh are checked here.
     check_depth(body, fresh)
     return value
 
 
-def _whole(body: bytes, parts: dict[str, msgspec.Raw] | None) -> dict[str, Any] | None:
-    """Read the whole body; with `parts`, share its tool lists with later requests."""
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        try:
-            value = loads(body)  # the stdlib fallback (NaN, 1e400...): its values are not shared
-        except TooDeep:
-            raise
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
-    check_depth(body, value)
-    if not isinstance(value, dict):
+def _read_and_share(body: bytes, parts: dict[str, msgspec.Raw]) -> dict[str, Any] | None:
+    """Read the whole body (`json_object`), and share its tool lists with later requests."""
+    value = json_object(body)
+    if value is None:
         return None
-    if parts is None:
-        return value
     for key in SHARED_KEYS.intersection(parts):
         items = value.get(key)
-        raw = bytes(memoryview(parts[key]))
+        raw = bytes(parts[key])
         if isinstance(items, list) and _BYTES_PER_WIRE_BYTE * len(raw) <= SHARED_CACHE_BYTES // 10:
-            shared = SharedList([_frozen(item) for item in items], raw)
-            _SHARED[raw] = shared
-            value[key] = shared
+            value[key] = _SHARED[raw] = SharedList([_frozen(item) for item in items], raw)
     return value
 
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from sidecar.config import Settings
-from sidecar.dialects.base import MAX_DEPTH, StreamAssembler, TooDeep, loads
+from sidecar.dialects.base import MAX_DEPTH, StreamAssembler, TooDeep, json_object
 from sidecar.dialects.sse import SSEParser, format_event
 from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
 from sidecar.exchange.filters import FilterChain, FilterFailed
@@ -187,17 +187,6 @@ def _utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-def json_object(body: bytes) -> dict[str, Any] | None:
-    """The body as a JSON object; None for anything else. Raises TooDeep (see `loads`)."""
-    try:
-        value = loads(body)
-    except TooDeep:
-        raise
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 async def read_bounded(answer: UpstreamAnswer, limit: int) -> bytes:
