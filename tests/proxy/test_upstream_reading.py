@@ -1,0 +1,96 @@
+"""The upstream client reads a chunked reply whole, however it is paced and however many
+chunks it comes in: the sidecar's client protocol skips aiohttp's resume calls while nothing is
+paused (sidecar/proxy/upstream.py), and must still resume after every real pause."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import zlib
+
+import pytest
+from aiohttp import web
+from yarl import URL
+
+from sidecar.model import Provider
+from sidecar.proxy.upstream import Upstreams, _ChunkedReplyHandler
+from tests.helpers.serve import serve
+
+# Far beyond the reader's high-water marks (128 KiB, 4,096 chunks): reading must pause and resume.
+CHUNKS = [b'data: {"n": %d, "pad": "%s"}\n\n' % (i, b"x" * (i % 97)) for i in range(9000)]
+WHOLE = b"".join(CHUNKS)
+
+
+async def _chunked(request: web.Request) -> web.StreamResponse:
+    """One HTTP chunk per event; `?gzip` compresses the stream (one chunk per compressed piece)."""
+    compressed = "gzip" in request.query
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    if compressed:
+        response.headers["Content-Encoding"] = "gzip"
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    encoder = zlib.compressobj(9, zlib.DEFLATED, 31) if compressed else None
+    for chunk in CHUNKS:
+        await response.write(encoder.compress(chunk) + encoder.flush(zlib.Z_SYNC_FLUSH) if encoder else chunk)
+    if encoder is not None:
+        await response.write(encoder.flush())
+    await response.write_eof()
+    return response
+
+
+async def _read(upstreams: Upstreams, url: str, slow: bool) -> bytes:
+    response = await upstreams.open("GET", URL(url), {}, b"")
+    try:
+        parts = []
+        async for part in response.content.iter_any():
+            parts.append(part)
+            if slow and len(parts) <= 20:
+                await asyncio.sleep(0.05)  # the buffer fills meanwhile: the reader pauses the socket
+        return b"".join(parts)
+    finally:
+        response.release()
+
+
+@pytest.mark.parametrize("slow", [False, True], ids=["fast-reader", "slow-reader"])
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "gzip"])
+async def test_a_long_chunked_reply_arrives_whole(slow: bool, compressed: bool) -> None:
+    upstreams = Upstreams({Provider.ANTHROPIC: "http://unused"}, read_timeout_s=10, connect_timeout_s=5)
+    await upstreams.start()
+    try:
+        async with serve(_chunked) as base:
+            body = await asyncio.wait_for(_read(upstreams, base + ("/?gzip" if compressed else "/"), slow), 30)
+    finally:
+        await upstreams.close()
+    assert body == WHOLE
+    assert not compressed or gzip.compress(WHOLE)  # the gzip case really went through zlib
+
+
+async def test_resumes_without_a_pause_feed_the_parser_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the handler saves: an empty parser feed per chunk read while nothing was paused."""
+    fed: list[bytes] = []
+    original = _ChunkedReplyHandler.data_received
+
+    def counted(self: _ChunkedReplyHandler, data: bytes) -> None:
+        fed.append(data)
+        original(self, data)
+
+    monkeypatch.setattr(_ChunkedReplyHandler, "data_received", counted)
+    upstreams = Upstreams({Provider.ANTHROPIC: "http://unused"}, read_timeout_s=10, connect_timeout_s=5)
+    await upstreams.start()
+
+    async def small(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for chunk in CHUNKS[:68]:
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    try:
+        async with serve(small) as base:
+            body = await _read(upstreams, base + "/", slow=False)
+    finally:
+        await upstreams.close()
+    assert body == b"".join(CHUNKS[:68])
+    assert fed and all(fed), "a resume with nothing paused fed the parser an empty read"
