@@ -1,0 +1,189 @@
+"""Instructions per request, counted by valgrind's callgrind: the CPU cost of a request in a
+number that does not drift with the machine.
+
+CPU time per request is what the issue-16 targets are stated in, and `bench/run.py` measures
+it, but on a shared machine it moves between runs by more than most changes do: the bare
+forwarder alone measured 140 us per whole reply on one day and 450 on another, and rounds of
+one run spread by 10-30%. A change of a few percent cannot be told from that noise. The
+instructions a process executes for the same requests are repeatable: two runs of 300 whole
+Anthropic replies through the same sidecar counted 4,370,187 and 4,369,162 per request
+(0.02% apart). So this benchmark answers "did this commit make a request cheaper, and by how
+much" exactly, where a timed A/B needs many alternated rounds to say it roughly.
+
+What it is not: time. An instruction that misses the cache costs more than one that hits,
+and valgrind sees no difference; a native library (orjson, regorus, uvloop) counts its
+instructions like Python's own. Use it to compare code, and `bench/run.py` or the shared
+harness for the targets themselves.
+
+How: each target runs under `valgrind --tool=callgrind --instr-atstart=no` (10-50x slower;
+counting starts only after a warm-up), in front of the mock provider, which runs natively. The
+closed loop of `bench/run.py` sends `--requests` requests at `--concurrency`; the count
+between `callgrind_control -i on` (after the warm-up) and a dump after the last answer (and
+a pause, so the work the sidecar does in batches after its exchanges is in it), divided by
+the requests, is the number printed. The sidecar runs as in the other benchmarks
+(`proxybench/targets.py`); the forwarder is `proxybench/forwarder.py`, the floor for a
+Python proxy.
+
+Run: .venv/bin/python bench/bench_instructions.py [--requests 200] [--concurrency 8]
+     [--scenarios anthropic,chat,anthropic-stream,chat-stream] [--targets sidecar,forwarder]
+     [--sidecar-path DIR]
+
+`--sidecar-path DIR` runs the sidecar package found in DIR (a `git worktree` of another
+commit: `git worktree add /tmp/base HEAD~1`) instead of this checkout's, for a before/after
+comparison in one run: the target is then named `sidecar@DIR`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxybench.bodies import HEADERS, Api, body_bytes
+from proxybench.load import Request, closed_loop
+from proxybench.procs import Service, Services, free_port
+from proxybench.targets import sidecar_command, start_mock, start_sidecar
+
+SIDECAR, FORWARDER = "sidecar", "forwarder"
+WARMUP = 40  # requests before counting starts: caches, lazily built state, the first batch
+SETTLE_S = 0.5  # after the last answer: the sidecar's after-exchange batches (at most 50 ms)
+# `sidecar` from another directory: first on sys.path, ahead of this checkout (an editable
+# install and the working directory would otherwise win).
+_FROM_PATH = "import sys; sys.path.insert(0, {path!r}); from sidecar.cli import main; sys.exit(main())"
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    api: Api
+    stream: bool
+
+    @property
+    def name(self) -> str:
+        return self.api.name.lower() + ("-stream" if self.stream else "")
+
+
+SCENARIOS = {s.name: s for s in (Scenario(api, stream) for stream in (False, True) for api in Api)}
+
+
+def callgrind_total(text: str) -> int:
+    """The instruction count of one callgrind output file (its `summary:` line, else `totals:`)."""
+    found = re.search(r"^summary:\s*(\d+)", text, re.MULTILINE) or re.search(r"^totals:\s*(\d+)", text, re.MULTILINE)
+    if found is None:
+        raise ValueError("no summary or totals line: not a callgrind output file")
+    return int(found.group(1))
+
+
+def _valgrind(out: Path) -> list[str]:
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install -y valgrind)")
+    return [valgrind, "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+
+
+async def _control(*args: str) -> None:
+    process = await asyncio.create_subprocess_exec(
+        "callgrind_control", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    output, _ = await process.communicate()
+    if process.returncode != 0 or b"OK" not in output:
+        raise RuntimeError(f"callgrind_control {' '.join(args)} failed: {output.decode(errors='replace')}")
+
+
+def _start(services: Services, target: str, mock: Service, workdir: Path, out: Path, path: Path | None) -> Service:
+    prefix = _valgrind(out)
+    if target == FORWARDER:
+        port = free_port()
+        argv = [*prefix, sys.executable, "-m", "proxybench.forwarder", "--port", str(port), "--upstream", mock.url]
+        service = services.spawn(target, f"http://127.0.0.1:{port}", argv)
+        service.ready_url = f"{service.url}/stats"  # answered by the mock, through the forwarder
+        return service
+    command = [*prefix, *sidecar_command()]
+    if path is not None:  # another checkout's package first on the path (see the module docstring)
+        command = [*prefix, sys.executable, "-c", _FROM_PATH.format(path=str(path))]
+    return start_sidecar(services, target, mock.url, workdir, "builtin", command=command)
+
+
+async def count(target: str, scenario: Scenario, requests: int, concurrency: int, path: Path | None = None) -> float:
+    """Instructions per request of one target in one scenario (see the module docstring)."""
+    request = Request(scenario.api, scenario.stream, body_bytes(scenario.api, scenario.stream), HEADERS[scenario.api])
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
+        workdir = Path(tmp)
+        out = workdir / "callgrind.out"
+        services = Services(workdir)
+        try:
+            mock = start_mock(services)
+            service = _start(services, target, mock, workdir, out, path)
+            await asyncio.gather(mock.wait_ready(), service.wait_ready(timeout_s=300))
+            url = service.url + scenario.api.value
+            await closed_loop(url, request, concurrency, WARMUP, 600, 0, lambda: 0.0)
+            await _control("--instr=on", str(service.pid))
+            series = await closed_loop(url, request, concurrency, requests, 1800, 0, lambda: 0.0)
+            await asyncio.sleep(SETTLE_S)
+            await _control("--dump", str(service.pid))
+            if series.errors or series.completed != requests:
+                raise RuntimeError(f"{target}: {series.errors} failed of {requests}:\n{service.log_tail()}")
+            return _last_dump(workdir, service) / requests
+        finally:
+            services.stop_all()
+
+
+def _last_dump(workdir: Path, service: Service) -> int:
+    """The count of the dump `--dump` wrote (`callgrind.out.1`; the file without a suffix is
+    written at exit, with what ran after the dump)."""
+    dumps = sorted(workdir.glob("callgrind.out.*"), key=lambda p: p.stat().st_mtime)
+    if not dumps:
+        raise RuntimeError(f"{service.name}: callgrind wrote no dump:\n{service.log_tail()}")
+    return callgrind_total(dumps[-1].read_text(errors="replace"))
+
+
+def report(rows: dict[str, dict[str, float]], targets: list[str]) -> str:
+    """One line per scenario: instructions per request of each target, and each sidecar's
+    ratio to the forwarder when both ran."""
+    header = f"{'scenario':<18}" + "".join(f"{t:>22}" for t in targets)
+    lines = ["instructions per request (millions), counted by callgrind", header]
+    for scenario, counts in rows.items():
+        cells = "".join(f"{counts[t] / 1e6:22.3f}" for t in targets)
+        ratios = [
+            f"{t} ÷ {FORWARDER} {counts[t] / counts[FORWARDER]:.2f}"
+            for t in targets
+            if t != FORWARDER and FORWARDER in counts
+        ]
+        lines.append(f"{scenario:<18}{cells}" + ("   " + ", ".join(ratios) if ratios else ""))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=200, help="counted requests per target and scenario")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated: {', '.join(SCENARIOS)}")
+    parser.add_argument("--targets", default=f"{SIDECAR},{FORWARDER}", help="comma-separated: sidecar, forwarder")
+    parser.add_argument("--sidecar-path", type=Path, help="also count the sidecar package in this directory")
+    args = parser.parse_args()
+    scenarios = [SCENARIOS[name] for name in args.scenarios.split(",") if name]
+    targets = [t for t in args.targets.split(",") if t]
+    if unknown := [t for t in targets if t not in (SIDECAR, FORWARDER)]:
+        parser.error(f"unknown target(s): {', '.join(unknown)}")
+    paths: dict[str, Path | None] = {t: None for t in targets}
+    if args.sidecar_path is not None:
+        paths[f"{SIDECAR}@{args.sidecar_path}"] = args.sidecar_path.resolve()
+    started = time.monotonic()
+    rows: dict[str, dict[str, float]] = {}
+    for scenario in scenarios:
+        rows[scenario.name] = {}
+        for target, path in paths.items():
+            kind = FORWARDER if target == FORWARDER else SIDECAR
+            print(f"counting {target}, {scenario.name} ...", file=sys.stderr, flush=True)
+            rows[scenario.name][target] = asyncio.run(count(kind, scenario, args.requests, args.concurrency, path))
+    print(report(rows, list(paths)))
+    print(f"\n({time.monotonic() - started:.0f} s; {args.requests} requests per count at c={args.concurrency})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""bench_instructions.py: callgrind's output is read the way the report says, and a short count
+of a real sidecar under valgrind gives a per-request figure of the right size. It never
+asserts a figure tightly (another commit changes it), only its order of magnitude."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from bench_instructions import FORWARDER, SCENARIOS, SIDECAR, callgrind_total, count, report
+
+CALLGRIND = """# callgrind format
+version: 1
+creator: callgrind-3.19.0
+cmd:  python -m sidecar.cli run
+events: Ir
+fl=(1) ???
+fn=(1) 0x0000000000001000
+0 5
+summary: 4369162000
+totals: 4369162000
+"""
+
+
+def test_the_summary_line_is_the_count() -> None:
+    assert callgrind_total(CALLGRIND) == 4369162000
+    assert callgrind_total(CALLGRIND.replace("summary: 4369162000\n", "")) == 4369162000
+
+
+def test_a_file_without_a_total_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a callgrind output"):
+        callgrind_total("events: Ir\n0 5\n")
+
+
+def test_the_report_gives_millions_and_the_ratio_to_the_forwarder() -> None:
+    text = report({"anthropic": {SIDECAR: 4_369_000.0, FORWARDER: 695_000.0}}, [SIDECAR, FORWARDER])
+    line = text.splitlines()[-1]
+    assert line.startswith("anthropic")
+    assert "4.369" in line and "0.695" in line
+    assert "sidecar ÷ forwarder 6.29" in line
+
+
+def test_a_real_count_of_the_sidecar() -> None:
+    """20 whole Anthropic replies through `sidecar run` under callgrind (about 20 s): a request
+    runs millions of instructions (Python, aiohttp, orjson, regorus), not thousands or billions."""
+    per_request = asyncio.run(count(SIDECAR, SCENARIOS["anthropic"], requests=20, concurrency=4))
+    assert 1e6 < per_request < 1e8
