@@ -4,11 +4,12 @@ number that does not drift with the machine.
 CPU time per request is what the issue-16 targets are stated in, and `bench/run.py` measures
 it, but on a shared machine it moves between runs by more than most changes do: the bare
 forwarder alone measured 140 us per whole reply on one day and 450 on another, and rounds of
-one run spread by 10-30%. A change of a few percent cannot be told from that noise. The
-instructions a process executes for the same requests are repeatable: two runs of 300 whole
-Anthropic replies through the same sidecar counted 4,370,187 and 4,369,162 per request
-(0.02% apart). So this benchmark answers "did this commit make a request cheaper, and by how
-much" exactly, where a timed A/B needs many alternated rounds to say it roughly.
+one run spread by 10-40%. A change of a few percent cannot be told from that noise. The
+instructions a process executes for the same requests hardly move: four runs of 200 whole
+Anthropic replies through the same sidecar counted 4.346 to 4.371 M per request (0.6% apart;
+what varies is most likely what depends on timing, such as how many exchanges share one
+after-exchange batch). So this benchmark tells whether a commit made a request cheaper by 1% or
+more, and by how much, where a timed A/B needs many alternated rounds to say it roughly.
 
 What it is not: time. An instruction that misses the cache costs more than one that hits,
 and valgrind sees no difference; a native library (orjson, regorus, uvloop) counts its

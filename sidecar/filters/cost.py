@@ -12,6 +12,8 @@ input.
 The work is done after `on_done`, once the agent has its answer: the filter only observes, so
 the agent never waits for it. Ended exchanges are attributed in batches, and before every read
 of the metrics, so a scrape or `/v1/status` never misses one (sidecar/telemetry/batched.py).
+A batch's tokens are added up per (tool, direction) and counted once per batch: an exchange
+attributes tokens to a dozen pairs or more, and each count takes the metric's lock.
 `on_request` keeps the request as it goes upstream (a later filter may replace `ex.request`),
 `on_reply` each complete reply.
 
@@ -82,7 +84,9 @@ class CostFilter(Filter):
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._ended: Batched[tuple[Exchange, _Heard]] = Batched(metrics, self._attribute, self._failed)
+        self._ended: Batched[tuple[Exchange, _Heard]] = Batched(metrics, self._attribute, self._failed, self._count)
+        # The batch's tokens so far, by (tool, direction): each exchange's, once attributed whole.
+        self._spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
 
     async def on_request(self, ex: Exchange) -> None:
         if ex.mcp is None:  # tokens are a model's: an MCP request spends none
@@ -113,8 +117,20 @@ class CostFilter(Filter):
             self._output(ex, reply, usage, spent)
             if prompt is not None:
                 self._input(prompt, usage, spent)
-        # str() of a StrEnum is its value, in C (`.value` is a property written in Python).
-        self.metrics.tool_tokens_spent((tool, str(direction), tokens) for (tool, direction), tokens in spent.items())
+        batch = self._spent
+        for pair, tokens in spent.items():
+            if tokens >= 0:  # a NaN or a negative share is never counted (nor summed with others)
+                batch[pair] += tokens
+
+    def _count(self) -> None:
+        """The batch's tokens, to the metrics (`Batched`'s finish)."""
+        spent, self._spent = self._spent, defaultdict(float)
+        try:
+            # str() of a StrEnum is its value, in C (`.value` is a property written in Python).
+            self.metrics.tool_tokens_spent((tool, str(d), tokens) for (tool, d), tokens in spent.items())
+        except Exception:
+            log.exception("counting the tokens of %d (tool, direction) pairs failed", len(spent))
+            self.metrics.filter_error(self.name, "on_done", critical=False)
 
     @staticmethod
     def _prompt(ex: Exchange, request: dict[str, Any]) -> _Prompt | None:

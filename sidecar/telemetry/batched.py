@@ -43,12 +43,22 @@ class Batched(Generic[T]):
     """Items of one kind of after-exchange work, done together by `work`, one at a time.
 
     Best-effort like the filters that use it: an item whose work raises is handed to
-    `failed` (inside the `except`, so it can log the traceback) and the others are done."""
+    `failed` (inside the `except`, so it can log the traceback) and the others are done.
+    `finish`, when given, runs once after each batch's items: what the items gathered can be
+    handed on once per batch (the cost filter's counter increments) instead of once per item;
+    it handles its own failures, as `failed` does an item's."""
 
-    def __init__(self, metrics: Metrics, work: Callable[[T], None], failed: Callable[[T], None]) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        work: Callable[[T], None],
+        failed: Callable[[T], None],
+        finish: Callable[[], None] | None = None,
+    ) -> None:
         self._metrics = metrics
         self._work = work
         self._failed = failed
+        self._finish = finish
         self._waiting: list[T] = []
         self._timer: asyncio.TimerHandle | None = None  # the batch's
         self._soon = False  # a settle is due at the next turn of the loop
@@ -79,6 +89,8 @@ class Batched(Generic[T]):
                 self._work(item)
             except Exception:
                 self._failed(item)
+        if waiting and self._finish is not None:
+            self._finish()
 
     def __len__(self) -> int:
         return len(self._waiting)

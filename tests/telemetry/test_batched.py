@@ -141,3 +141,66 @@ async def test_settle_does_every_batch_and_one_failing_item_loses_no_other(
     assert (len(first), len(second)) == (0, 0)
     metrics.settle()  # nothing left: nothing done twice
     assert done == [1, 3, 40]
+
+
+async def test_finish_runs_once_after_each_batch_that_had_items() -> None:
+    metrics = _busy()
+    events: list[str] = []
+    batched: Batched[int] = Batched(
+        metrics, lambda item: events.append(f"item {item}"), events.append, finish=lambda: events.append("finish")
+    )
+    metrics.settle()  # an empty batch: nothing to finish
+    assert events == []
+    batched.add(1)
+    batched.add(2)
+    metrics.settle()
+    assert events == ["item 1", "item 2", "finish"]
+    batched.add(3)
+    await asyncio.sleep(BATCH_S * 3)  # the batch's timer
+    assert events == ["item 1", "item 2", "finish", "item 3", "finish"]
+
+
+async def test_a_batch_of_exchanges_counts_its_tokens_once_per_tool_and_direction() -> None:
+    metrics = _busy()
+    costs = CostFilter(metrics)
+    increments: list[tuple[str | None, str, float]] = []
+    counted = metrics.tool_tokens_spent
+
+    def spy(spent: object) -> None:
+        pairs = list(spent)  # type: ignore[call-overload]
+        increments.extend(pairs)
+        counted(pairs)
+
+    metrics.tool_tokens_spent = spy  # type: ignore[method-assign]
+    for _ in range(3):
+        await _ended(costs, metrics)
+    assert _tokens(metrics) == 60  # the three exchanges' output tokens, all counted
+    assert [tokens for tool, direction, tokens in increments if (tool, direction) == ("read_file", "output")] == [60]
+
+
+async def test_a_failing_count_is_logged_and_the_next_batch_is_counted(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = _busy()
+    costs = CostFilter(metrics)
+    counted = metrics.tool_tokens_spent
+    calls = 0
+
+    def flaky(spent: object) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("registry broken")
+        counted(spent)  # type: ignore[arg-type]
+
+    metrics.tool_tokens_spent = flaky  # type: ignore[method-assign]
+    await _ended(costs, metrics)
+    with caplog.at_level(logging.ERROR, logger="sidecar.cost"):
+        metrics.settle()
+    assert "registry broken" in caplog.text
+    assert (
+        metrics.registry.get_sample_value(
+            "sidecar_filter_errors_total", {"filter": "cost", "hook": "on_done", "critical": "false"}
+        )
+        == 1
+    )
+    await _ended(costs, metrics)
+    assert _tokens(metrics) == 20  # the failed batch's tokens are lost, the next one's counted
