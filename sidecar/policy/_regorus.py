@@ -90,8 +90,21 @@ def is_fatal(exc: BaseException) -> bool:
     return isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)) or type(exc).__name__ == "CancelledError"
 
 
+# What regorus gives back as is: nothing inside to convert (checked by exact type: its values
+# are the builtin types themselves, and this is the common case of a decision's fields).
+_PLAIN = frozenset({str, bool, int, float, type(None)})
+
+
 def to_plain(value: Any) -> Any:
-    """Sets to sorted lists (OPA's JSON form of a set), recursively."""
+    """Sets to sorted lists (OPA's JSON form of a set), recursively. A decision is a dict of
+    strings, flags and short lists: its scalars are passed over without a call each."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {k: v if type(v) in _PLAIN else to_plain(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _PLAIN else to_plain(v) for v in value]
     if isinstance(value, (set, frozenset)):
         items = [to_plain(v) for v in value]
         try:

@@ -36,7 +36,7 @@ from sidecar.policy.loader import (
     content_hash,
     read_bundle,
 )
-from sidecar.policy.reads import ReadsAnalysis, project
+from sidecar.policy.reads import ReadsAnalysis, projector
 from sidecar.policy.sources import resolve
 
 log = logging.getLogger("sidecar.policy")
@@ -399,12 +399,11 @@ class EmbeddedEngine(_Interpreting):
     def _read_part(compiled: CompiledPolicy, rule: str, input: dict[str, Any]) -> dict[str, Any] | None:
         """`input` cut to the paths `rule` can read (absent ones stay absent: undefined is not
         null in Rego), or None when its reads cannot be bounded."""
-        if rule not in compiled.reads:
-            compiled.reads[rule] = ReadsAnalysis(compiled.engine.ast()).input_shape(rule)
-        shape = compiled.reads[rule]
-        if shape is None:
-            return None
-        return project(input, shape)
+        if rule not in compiled.projectors:
+            shape = compiled.reads[rule] = ReadsAnalysis(compiled.engine.ast()).input_shape(rule)
+            compiled.projectors[rule] = None if shape is None else projector(shape)
+        cut = compiled.projectors[rule]
+        return None if cut is None else cut(input)
 
     def remembered(self, rule: str, input: dict[str, Any]) -> Any:
         """`evaluate`, answered from memory when this revision already answered an input that

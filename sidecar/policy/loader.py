@@ -185,6 +185,8 @@ class CompiledPolicy:
     # reads (reads.Shape; None: its reads cannot be bounded, never remembered), and
     # (rule, the input cut to that shape, as JSON) -> value.
     reads: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    # rule -> the shape's projector (reads.projector), made once with its shape.
+    projectors: dict[str, Callable[[dict[str, Any]], dict[str, Any]] | None] = field(default_factory=dict)
     answers: dict[tuple[str, bytes], Any] = field(default_factory=dict)
 
 

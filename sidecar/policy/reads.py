@@ -22,6 +22,7 @@ a policy substitutes with `with input as ...` come from fields it reads, so they
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,25 @@ def project(document: dict[str, Any], shape: Shape) -> dict[str, Any]:
             value = document[key]
             out[key] = project(value, deeper) if deeper and isinstance(value, dict) else value
     return out
+
+
+Projector = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def projector(shape: Shape) -> Projector:
+    """`project` for one shape, made once: the shape's keys are walked when it is made, not on
+    every call (a call decision's input is cut on every call)."""
+    parts = tuple((key, projector(deeper) if deeper else None) for key, deeper in shape.items())
+
+    def cut(document: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, deeper in parts:
+            if key in document:
+                value = document[key]
+                out[key] = deeper(value) if deeper is not None and isinstance(value, dict) else value
+        return out
+
+    return cut
 
 
 def shape_of(paths: tuple[Path, ...]) -> Shape:
