@@ -110,7 +110,9 @@ def _start(services: Services, target: str, mock: Service, workdir: Path, out: P
     return start_sidecar(services, target, mock.url, workdir, "builtin", command=command)
 
 
-async def count(target: str, scenario: Scenario, requests: int, concurrency: int, path: Path | None = None) -> float:
+async def count(
+    target: str, scenario: Scenario, requests: int, concurrency: int, path: Path | None = None, warmup: int = WARMUP
+) -> float:
     """Instructions per request of one target in one scenario (see the module docstring)."""
     request = Request(scenario.api, scenario.stream, body_bytes(scenario.api, scenario.stream), HEADERS[scenario.api])
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
@@ -122,7 +124,7 @@ async def count(target: str, scenario: Scenario, requests: int, concurrency: int
             service = _start(services, target, mock, workdir, out, path)
             await asyncio.gather(mock.wait_ready(), service.wait_ready(timeout_s=300))
             url = service.url + scenario.api.value
-            await closed_loop(url, request, concurrency, WARMUP, 600, 0, lambda: 0.0)
+            await closed_loop(url, request, concurrency, warmup, 600, 0, lambda: 0.0)
             await _control("--instr=on", str(service.pid))
             series = await closed_loop(url, request, concurrency, requests, 1800, 0, lambda: 0.0)
             await asyncio.sleep(SETTLE_S)

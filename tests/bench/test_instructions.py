@@ -48,5 +48,5 @@ def test_the_report_gives_millions_and_the_ratio_to_the_forwarder() -> None:
 def test_a_real_count_of_the_sidecar() -> None:
     """20 whole Anthropic replies through `sidecar run` under callgrind (about 20 s): a request
     runs millions of instructions (Python, aiohttp, orjson, regorus), not thousands or billions."""
-    per_request = asyncio.run(count(SIDECAR, SCENARIOS["anthropic"], requests=20, concurrency=4))
+    per_request = asyncio.run(count(SIDECAR, SCENARIOS["anthropic"], requests=20, concurrency=4, warmup=10))
     assert 1e6 < per_request < 1e8
