@@ -26,7 +26,8 @@ the requests, is the number printed. The sidecar runs as in the other benchmarks
 Python proxy.
 
 Run: .venv/bin/python bench/bench_instructions.py [--requests 200] [--concurrency 8]
-     [--scenarios anthropic,chat,anthropic-stream,chat-stream] [--targets sidecar,forwarder]
+     [--scenarios anthropic_whole,anthropic_streamed,chat_whole,chat_streamed]
+     [--targets sidecar,forwarder]
      [--sidecar-path DIR]
 
 `--sidecar-path DIR` runs the sidecar package found in DIR (a `git worktree` of another
@@ -43,33 +44,21 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from proxybench.bodies import HEADERS, Api, body_bytes
+from proxybench.bodies import HEADERS, body_bytes
 from proxybench.load import Request, closed_loop
-from proxybench.procs import Service, Services, free_port
+from proxybench.procs import Service, Services
+from proxybench.report import FORWARDER, SCENARIOS, SIDECAR, Scenario
 from proxybench.targets import sidecar_command, start_mock, start_sidecar
 
-SIDECAR, FORWARDER = "sidecar", "forwarder"
 WARMUP = 40  # requests before counting starts: caches, lazily built state, the first batch
 SETTLE_S = 0.5  # after the last answer: the sidecar's after-exchange batches (at most 50 ms)
 # `sidecar` from another directory: first on sys.path, ahead of this checkout (an editable
 # install and the working directory would otherwise win).
 _FROM_PATH = "import sys; sys.path.insert(0, {path!r}); from sidecar.cli import main; sys.exit(main())"
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    api: Api
-    stream: bool
-
-    @property
-    def name(self) -> str:
-        return self.api.name.lower() + ("-stream" if self.stream else "")
-
-
-SCENARIOS = {s.name: s for s in (Scenario(api, stream) for stream in (False, True) for api in Api)}
+# The scenarios of bench/run.py, by their keys (anthropic_whole, anthropic_streamed, ...).
+BY_KEY = {scenario.key: scenario for scenario in SCENARIOS}
 
 
 def callgrind_total(text: str) -> int:
@@ -99,9 +88,7 @@ async def _control(*args: str) -> None:
 def _start(services: Services, target: str, mock: Service, workdir: Path, out: Path, path: Path | None) -> Service:
     prefix = _valgrind(out)
     if target == FORWARDER:
-        port = free_port()
-        argv = [*prefix, sys.executable, "-m", "proxybench.forwarder", "--port", str(port), "--upstream", mock.url]
-        service = services.spawn(target, f"http://127.0.0.1:{port}", argv)
+        service = services.bench_server(target, "forwarder", "--upstream", mock.url, prefix=prefix)
         service.ready_url = f"{service.url}/stats"  # answered by the mock, through the forwarder
         return service
     command = [*prefix, *sidecar_command()]
@@ -165,11 +152,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=200, help="counted requests per target and scenario")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated: {', '.join(SCENARIOS)}")
+    parser.add_argument("--scenarios", default=",".join(BY_KEY), help=f"comma-separated: {', '.join(BY_KEY)}")
     parser.add_argument("--targets", default=f"{SIDECAR},{FORWARDER}", help="comma-separated: sidecar, forwarder")
     parser.add_argument("--sidecar-path", type=Path, help="also count the sidecar package in this directory")
     args = parser.parse_args()
-    scenarios = [SCENARIOS[name] for name in args.scenarios.split(",") if name]
+    if unknown_scenarios := [name for name in args.scenarios.split(",") if name and name not in BY_KEY]:
+        parser.error(f"unknown scenario(s): {', '.join(unknown_scenarios)}")
+    scenarios = [BY_KEY[name] for name in args.scenarios.split(",") if name]
     targets = [t for t in args.targets.split(",") if t]
     if unknown := [t for t in targets if t not in (SIDECAR, FORWARDER)]:
         parser.error(f"unknown target(s): {', '.join(unknown)}")
@@ -179,11 +168,11 @@ def main() -> None:
     started = time.monotonic()
     rows: dict[str, dict[str, float]] = {}
     for scenario in scenarios:
-        rows[scenario.name] = {}
+        rows[scenario.key] = {}
         for target, path in paths.items():
             kind = FORWARDER if target == FORWARDER else SIDECAR
-            print(f"counting {target}, {scenario.name} ...", file=sys.stderr, flush=True)
-            rows[scenario.name][target] = asyncio.run(count(kind, scenario, args.requests, args.concurrency, path))
+            print(f"counting {target}, {scenario.key} ...", file=sys.stderr, flush=True)
+            rows[scenario.key][target] = asyncio.run(count(kind, scenario, args.requests, args.concurrency, path))
     print(report(rows, list(paths)))
     print(f"\n({time.monotonic() - started:.0f} s; {args.requests} requests per count at c={args.concurrency})")
 

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,12 +130,12 @@ class Services:
         self.started.append(service)
         return service
 
-    def bench_server(self, name: str, module: str, *args: str) -> Service:
-        """A server of this package (`python -m proxybench.<module> --port N`)."""
+    def bench_server(self, name: str, module: str, *args: str, prefix: Sequence[str] = ()) -> Service:
+        """A server of this package (`python -m proxybench.<module> --port N`); `prefix` runs it
+        under another command (bench_instructions.py: valgrind)."""
         port = free_port()
-        return self.spawn(
-            name, f"http://127.0.0.1:{port}", [sys.executable, "-m", f"proxybench.{module}", "--port", str(port), *args]
-        )
+        argv = [*prefix, sys.executable, "-m", f"proxybench.{module}", "--port", str(port), *args]
+        return self.spawn(name, f"http://127.0.0.1:{port}", argv)
 
     def stop_all(self) -> None:
         for service in reversed(self.started):

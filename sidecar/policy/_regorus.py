@@ -98,13 +98,8 @@ _PLAIN = frozenset({str, bool, int, float, type(None)})
 def to_plain(value: Any) -> Any:
     """Sets to sorted lists (OPA's JSON form of a set), recursively. A decision is a dict of
     strings, flags and short lists: its scalars are passed over without a call each."""
-    kind = type(value)
-    if kind in _PLAIN:
+    if type(value) in _PLAIN:
         return value
-    if kind is dict:
-        return {k: v if type(v) in _PLAIN else to_plain(v) for k, v in value.items()}
-    if kind is list:
-        return [v if type(v) in _PLAIN else to_plain(v) for v in value]
     if isinstance(value, (set, frozenset)):
         items = [to_plain(v) for v in value]
         try:
@@ -112,9 +107,9 @@ def to_plain(value: Any) -> Any:
         except TypeError:
             return sorted(items, key=lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS))
     if isinstance(value, dict):
-        return {k: to_plain(v) for k, v in value.items()}
+        return {k: v if type(v) in _PLAIN else to_plain(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [to_plain(v) for v in value]
+        return [v if type(v) in _PLAIN else to_plain(v) for v in value]
     return value
 
 

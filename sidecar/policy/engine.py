@@ -400,7 +400,7 @@ class EmbeddedEngine(_Interpreting):
         """`input` cut to the paths `rule` can read (absent ones stay absent: undefined is not
         null in Rego), or None when its reads cannot be bounded."""
         if rule not in compiled.projectors:
-            shape = compiled.reads[rule] = ReadsAnalysis(compiled.engine.ast()).input_shape(rule)
+            shape = ReadsAnalysis(compiled.engine.ast()).input_shape(rule)
             compiled.projectors[rule] = None if shape is None else projector(shape)
         cut = compiled.projectors[rule]
         return None if cut is None else cut(input)

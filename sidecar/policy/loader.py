@@ -181,11 +181,9 @@ class CompiledPolicy:
     loaded_at: float
     warnings: tuple[str, ...] = ()  # lint warnings (sidecar/policy/lint.py); errors refuse the load
     # Answers of this revision remembered by the input fields their rule reads (see
-    # sidecar/policy/reads.py and EmbeddedEngine.visible_tools): rule -> the shape of what it
-    # reads (reads.Shape; None: its reads cannot be bounded, never remembered), and
-    # (rule, the input cut to that shape, as JSON) -> value.
-    reads: dict[str, dict[str, Any] | None] = field(default_factory=dict)
-    # rule -> the shape's projector (reads.projector), made once with its shape.
+    # sidecar/policy/reads.py and EmbeddedEngine.visible_tools): rule -> the projector that
+    # cuts an input to what it reads (reads.projector; None: its reads cannot be bounded, never
+    # remembered), and (rule, the input so cut, as JSON) -> value.
     projectors: dict[str, Callable[[dict[str, Any]], dict[str, Any]] | None] = field(default_factory=dict)
     answers: dict[tuple[str, bytes], Any] = field(default_factory=dict)
 

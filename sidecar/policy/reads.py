@@ -44,21 +44,17 @@ Shape = dict[str, "Shape"]
 def project(document: dict[str, Any], shape: Shape) -> dict[str, Any]:
     """`document` cut to `shape`: what a rule reading only those paths can tell apart. An
     absent field stays absent (undefined is not null in Rego); a value that is not an object
-    where the shape goes deeper is kept whole (a field of it reads as undefined either way)."""
-    out: dict[str, Any] = {}
-    for key, deeper in shape.items():
-        if key in document:
-            value = document[key]
-            out[key] = project(value, deeper) if deeper and isinstance(value, dict) else value
-    return out
+    where the shape goes deeper is kept whole (a field of it reads as undefined either way).
+    For one shape cut many times, make its `projector` once."""
+    return projector(shape)(document)
 
 
 Projector = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def projector(shape: Shape) -> Projector:
-    """`project` for one shape, made once: the shape's keys are walked when it is made, not on
-    every call (a call decision's input is cut on every call)."""
+    """`project` for one shape, made once: the shape is walked when the projector is made, not
+    on every cut (a call decision's input is cut on every call)."""
     parts = tuple((key, projector(deeper) if deeper else None) for key, deeper in shape.items())
 
     def cut(document: dict[str, Any]) -> dict[str, Any]:

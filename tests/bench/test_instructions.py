@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from bench_instructions import FORWARDER, SCENARIOS, SIDECAR, callgrind_total, count, report
+from bench_instructions import BY_KEY, FORWARDER, SIDECAR, callgrind_total, count, report
 
 CALLGRIND = """# callgrind format
 version: 1
@@ -38,9 +38,9 @@ def test_a_file_without_a_total_is_refused() -> None:
 
 
 def test_the_report_gives_millions_and_the_ratio_to_the_forwarder() -> None:
-    text = report({"anthropic": {SIDECAR: 4_369_000.0, FORWARDER: 695_000.0}}, [SIDECAR, FORWARDER])
+    text = report({"anthropic_whole": {SIDECAR: 4_369_000.0, FORWARDER: 695_000.0}}, [SIDECAR, FORWARDER])
     line = text.splitlines()[-1]
-    assert line.startswith("anthropic")
+    assert line.startswith("anthropic_whole")
     assert "4.369" in line and "0.695" in line
     assert "sidecar ÷ forwarder 6.29" in line
 
@@ -48,5 +48,5 @@ def test_the_report_gives_millions_and_the_ratio_to_the_forwarder() -> None:
 def test_a_real_count_of_the_sidecar() -> None:
     """20 whole Anthropic replies through `sidecar run` under callgrind (about 20 s): a request
     runs millions of instructions (Python, aiohttp, orjson, regorus), not thousands or billions."""
-    per_request = asyncio.run(count(SIDECAR, SCENARIOS["anthropic"], requests=20, concurrency=4, warmup=10))
+    per_request = asyncio.run(count(SIDECAR, BY_KEY["anthropic_whole"], requests=20, concurrency=4, warmup=10))
     assert 1e6 < per_request < 1e8
