@@ -145,6 +145,17 @@ class _Turn:
     found: dict[int, _Found] = field(default_factory=dict)  # id(check) -> facts
     firsts: dict[tuple[int, str], ToolCall] = field(default_factory=dict)  # (round, key) -> first call
     redelivered: set[str] = field(default_factory=set)  # call ids a read-back hands out again
+    # Replay keys by (session, tool, canonical arguments): a call's key is hashed once, when it
+    # is looked up, and read again when the call is recorded.
+    keys: dict[tuple[str, str, bytes], str] = field(default_factory=dict)
+
+    def key(self, session: str, call: ToolCall) -> str:
+        """`call_replay_key`, remembered for this exchange."""
+        wanted = (session, call.name, call.canonical_arguments)
+        found = self.keys.get(wanted)
+        if found is None:
+            found = self.keys[wanted] = call_key(*wanted)
+        return found
 
 
 _TURN: ExchangeKey[_Turn] = ExchangeKey("replay")
@@ -170,8 +181,8 @@ class ReplayFilter(Filter):
         call, session = check.call, check.exchange.session
         if not call.kind.runs_on_client:
             return  # a server call ran at the provider: nothing to run twice
-        found = _Found(call_replay_key(session, call))
-        check.exchange.setdefault(_TURN, _Turn).found[id(check)] = found
+        turn = check.exchange.setdefault(_TURN, _Turn)
+        found = turn.found[id(check)] = _Found(turn.key(session, call))
         try:
             found.first, found.same_id = await self.store.look_up_call(session, found.key, call.id)
         except StateUnavailable as exc:
@@ -253,13 +264,13 @@ class ReplayFilter(Filter):
         transaction, all or none)."""
         session = ex.session
         now = self.store.limits.clock()
-        again = ex.setdefault(_TURN, _Turn).redelivered
+        turn = ex.setdefault(_TURN, _Turn)
         # A call handed out again is in the ledger already (with its result, if it came); an MCP
         # execution of a call the model path delivered was recorded when it reached the agent.
-        new = [call for call in calls if call.id not in again and call.id not in ex.earlier]
+        new = [call for call in calls if call.id not in turn.redelivered and call.id not in ex.earlier]
         if not new:
             return
-        records = [CallRecord(session, c.id, c.name, c.args_hash, call_replay_key(session, c), now) for c in new]
+        records = [CallRecord(session, c.id, c.name, c.args_hash, turn.key(session, c), now) for c in new]
         try:
             await self.store.record_calls(records)
         except StateUnavailable as exc:

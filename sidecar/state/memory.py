@@ -459,9 +459,15 @@ class MemoryStore:
         return {rec.call_id: rec for rec in found if rec is not None}
 
     async def look_up_call(self, session: str, replay_key: str, call_id: str) -> CallFacts:
-        return CallFacts(
-            _copy(self._replay(session, replay_key)[1], session), _copy(self._call(session, call_id)[1], session)
-        )
+        s = self._session(session)
+        if s is None:
+            return CallFacts(None, None)
+        first = self._live(s.calls.holder(_field(replay_key)))
+        same = self._live(s.calls.get(call_id))
+        copied = _copy(first, session)
+        # The same delivery (a call id seen again, with its arguments) is copied once: both
+        # facts are the same record, read-only to the caller like any copy.
+        return CallFacts(copied, copied if same is first else _copy(same, session))
 
     async def record_result(self, session: str, call_id: str, result: str, is_error: bool, at: float) -> bool:
         s, entry = self._call(session, call_id)
