@@ -34,7 +34,7 @@ def _reference_project(document: dict[str, Any], shape: Shape) -> dict[str, Any]
     return out
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)  # equivalence, not timing: a loaded machine must not fail it
 @given(st.dictionaries(KEYS, DOCUMENTS, max_size=5), SHAPES)
 def test_a_projector_cuts_as_the_plain_walk_does(document: dict[str, Any], shape: Shape) -> None:
     assert projector(shape)(document) == _reference_project(document, shape)
@@ -73,7 +73,7 @@ REGO_VALUES: st.SearchStrategy[Any] = st.recursive(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)  # equivalence, not timing: a loaded machine must not fail it
 @given(REGO_VALUES)
 def test_to_plain_gives_what_the_plain_walk_gives(value: Any) -> None:
     converted = to_plain(value)

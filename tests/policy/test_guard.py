@@ -136,6 +136,7 @@ async def test_approval_verdict_carries_the_request() -> None:
     assert check.approval_request == {"group": "finance-approvers", "ttl_s": 900}
     assert check.verdict.model_payload()["approval"] == {"group": "finance-approvers", "ttl_s": 900}
     assert check.policy_reasons == check.verdict.reasons
+    metrics.settle()  # counts held on the hot path are applied before a read
     assert metrics.policy_decisions.labels("approval", "model")._value.get() == 1
 
 
@@ -171,6 +172,7 @@ async def test_result_decisions_from_matched_records() -> None:
     }
 
     def count(decision: str) -> float:
+        metrics.settle()  # counts held on the hot path are applied before a read
         return float(metrics.policy_decisions.labels(decision, "model")._value.get())
 
     assert (count("allow"), count("deny")) == (2, 1)  # r1 had nothing to say

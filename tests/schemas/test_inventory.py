@@ -139,6 +139,7 @@ def test_drift_watch_counts_logs_and_hands_the_policy_the_previous_hash() -> Non
         previous = watch.observe("anthropic", {"weather_get": decl(WIDER)})
     finally:
         logger.removeHandler(handler)
+    metrics.settle()  # counts held on the hot path are applied before a read
     assert metrics.schema_changes.labels("weather_get")._value.get() == 1
     [record] = [r for r in handler.records if getattr(r, "event", None) == "tool_schema_change"]
     fields = record.fields  # type: ignore[attr-defined]
