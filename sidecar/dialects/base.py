@@ -222,6 +222,11 @@ class StreamAssembler(ABC):
         data = event.data
         if not data or data.isspace():  # `not data.strip()`, without making the stripped copy
             return None
+        if len(data) <= 2 * MAX_DEPTH:  # too short to nest too deep (`check_depth`): orjson alone
+            try:
+                return orjson.loads(data)
+            except orjson.JSONDecodeError:
+                pass  # `loads` tries the stdlib too
         try:
             return loads(data)
         except ValueError:

@@ -246,9 +246,13 @@ def test_random_reads_of_the_sample(seed: int) -> None:
 
 
 class _LineByLine(SSEParser):
-    """The parser without its whole-event fast path: every line goes through `_line`."""
+    """The parser without its fast paths (one event per read, whole events): every line goes
+    through `_line`."""
 
     __slots__ = ()
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        return self._feed(chunk, final=False)
 
     def _whole_events(self, buffer: bytes, events: list[SSEEvent]) -> tuple[int, bool]:
         return 0, False
@@ -283,7 +287,13 @@ _BLOCK = st.one_of(
     st.tuples(st.one_of(st.none(), _NAME), _DATA).map(
         lambda e: (b"" if e[0] is None else b"event: " + e[0] + b"\n") + b"data: " + e[1] + b"\n\n"
     ),
-    st.sampled_from([b": keepalive\n\n", b"id: 7\ndata: x\n\n", b"data: a\ndata: b\n\n", b"\n", b"data:x\n\n"]),
+    st.sampled_from(
+        [
+            *(b": keepalive\n\n", b"id: 7\ndata: x\n\n", b"data: a\ndata: b\n\n", b"\n", b"data:x\n\n"),
+            # A CR ends a line, even inside what looks like one provider event.
+            *(b"data: a\rb\n\n", b"event: e\rdata: x\n\n", b"event: e\ndata: x\r\n\n"),
+        ]
+    ),
 )
 
 
@@ -296,7 +306,7 @@ def test_provider_framed_reads_agree_with_line_by_line(blocks: list[bytes], size
     """Reads of provider-framed events are cut in one regex pass; the events and their bytes
     are the line-by-line parser's, whatever the reads and whatever other framing comes along."""
     data = b"".join(blocks)
-    for chunking in (None, sizes):
+    for chunking in (None, sizes, [len(block) for block in blocks] or None):  # the last: a read per block
         fast = parse(data, chunking)
         reference = parse(data, chunking, _LineByLine())
         assert [(e.raw, e.event, e.data) for e in fast] == [(e.raw, e.event, e.data) for e in reference]
