@@ -154,7 +154,7 @@ class _Turn:
         wanted = (session, call.name, call.canonical_arguments)
         found = self.keys.get(wanted)
         if found is None:
-            found = self.keys[wanted] = call_key(*wanted)
+            found = self.keys[wanted] = call_replay_key(session, call)
         return found
 
 
