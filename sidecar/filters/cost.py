@@ -13,7 +13,8 @@ The work is done after `on_done`, once the agent has its answer: the filter only
 the agent never waits for it. Ended exchanges are attributed in batches, and before every read
 of the metrics, so a scrape or `/v1/status` never misses one (sidecar/telemetry/batched.py).
 A batch's tokens are added up per (tool, direction) and counted once per batch: an exchange
-attributes tokens to a dozen pairs or more, and each count takes the metric's lock.
+attributes tokens to a dozen pairs or more, and each count is a label lookup, an increment
+held for the next read (sidecar/telemetry/pending.py) and a share of the per-tool totals' lock.
 `on_request` keeps the request as it goes upstream (a later filter may replace `ex.request`),
 `on_reply` each complete reply.
 

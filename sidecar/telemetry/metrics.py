@@ -518,6 +518,15 @@ class Metrics:
             stats = self._stats.setdefault(label, _ToolStats())
         return stats
 
+    def _inc(self, metric: Any, *labels: str) -> None:
+        """One more on the series of `metric` with these (bounded) labels, held until the next
+        read (sidecar/telemetry/pending.py)."""
+        self._pending.inc(self._child(metric, *labels))
+
+    def _observe(self, seconds: float, metric: Any, *labels: str) -> None:
+        """`seconds` observed on the series of `metric` with these labels, held like `_inc`'s."""
+        self._pending.observe(self._child(metric, *labels), seconds)
+
     def _child(self, metric: Any, *labels: str) -> Any:
         """Label children cached: `labels()` costs microseconds on the hot path, a dict
         lookup does not. Bounded because every label value already is."""
@@ -537,9 +546,7 @@ class Metrics:
         """A complete tool call was judged. verdict: allow, reject, deny, approval, replay."""
         label = self.tools.label(tool)
         verdict_label = _bounded(verdict, VERDICTS)
-        self._pending.inc(
-            self._child(self.tool_calls, label, _bounded(provider, PROVIDERS), verdict_label, _path(path))
-        )
+        self._inc(self.tool_calls, label, _bounded(provider, PROVIDERS), verdict_label, _path(path))
         with self._lock:
             verdicts = self._tool_stats(label).verdicts
             verdicts[verdict_label] = verdicts.get(verdict_label, 0) + 1
@@ -547,29 +554,29 @@ class Metrics:
     def argument_rejection(self, tool: str, problem: str, path: str = "model") -> None:
         """One field failed lockdown. problem: a FieldError.kind."""
         label = self.tools.label(tool)
-        self._pending.inc(self._child(self.argument_rejections, label, _bounded(problem, PROBLEMS), _path(path)))
+        self._inc(self.argument_rejections, label, _bounded(problem, PROBLEMS), _path(path))
         with self._lock:
             self._tool_stats(label).rejections += 1
 
     def policy_decision(self, decision: str, engine: str, seconds: float | None = None, path: str = "model") -> None:
         """A policy evaluation finished. decision: allow, deny, approval, error."""
-        self._pending.inc(self._child(self.policy_decisions, _bounded(decision, DECISIONS, "error"), _path(path)))
+        self._inc(self.policy_decisions, _bounded(decision, DECISIONS, "error"), _path(path))
         if seconds is not None:
             self.policy_evaluated(engine, seconds)
 
     def policy_evaluated(self, engine: str, seconds: float) -> None:
         """A policy evaluation took `seconds` (a tool list, a result with nothing to say, or
         a decision)."""
-        self._pending.observe(self._child(self.policy_evaluation, _bounded(engine, ENGINES)), seconds)
+        self._observe(seconds, self.policy_evaluation, _bounded(engine, ENGINES))
 
     def tool_result(self, tool: str, outcome: str, seconds: float | None = None, path: str = "model") -> None:
         """A tool result arrived. outcome: ok or error; seconds None when the call is unknown."""
         label = self.tools.label(tool)
         outcome_label = _bounded(outcome, OUTCOMES, "error")
         path_label = _path(path)
-        self._pending.inc(self._child(self.tool_results, label, outcome_label, path_label))
+        self._inc(self.tool_results, label, outcome_label, path_label)
         if seconds is not None and seconds >= 0:
-            self._pending.observe(self._child(self.tool_call_duration, label, outcome_label, path_label), seconds)
+            self._observe(seconds, self.tool_call_duration, label, outcome_label, path_label)
         with self._lock:
             stats = self._tool_stats(label)
             if outcome_label == "ok":
@@ -582,14 +589,14 @@ class Metrics:
     def replay(self, tool: str, action: str, path: str = "model") -> None:
         """An identical call was seen again. action: allowed or answered (from the ledger)."""
         label = self.tools.label(tool)
-        self._pending.inc(self._child(self.tool_replays, label, _bounded(action, REPLAY_ACTIONS), _path(path)))
+        self._inc(self.tool_replays, label, _bounded(action, REPLAY_ACTIONS), _path(path))
         with self._lock:
             self._tool_stats(label).replays += 1
 
     def repair_round(self, outcome: str, tools: Iterable[str] = ()) -> None:
         """A repair sequence ended. outcome: corrected, abandoned or exhausted; tools: the refused calls'."""
         outcome_label = _bounded(outcome, REPAIR_OUTCOMES)
-        self._pending.inc(self._child(self.repair_rounds, outcome_label))
+        self._inc(self.repair_rounds, outcome_label)
         with self._lock:
             self._repairs[outcome_label] = self._repairs.get(outcome_label, 0) + 1
             for tool in tools:
@@ -597,18 +604,14 @@ class Metrics:
 
     def upstream(self, provider: str, status: int | str | None, seconds: float) -> None:
         """An upstream request finished; status None (or non-HTTP) for a transport error."""
-        self._pending.observe(
-            self._child(self.upstream_duration, _bounded(provider, PROVIDERS), _status(status)), seconds
-        )
+        self._observe(seconds, self.upstream_duration, _bounded(provider, PROVIDERS), _status(status))
 
     def overhead(self, provider: str, stream: bool, seconds: float) -> None:
         """Time the sidecar itself added to one request (parsing, guards, rewriting)."""
-        self._pending.observe(
-            self._child(self.proxy_overhead, _bounded(provider, PROVIDERS), "true" if stream else "false"), seconds
-        )
+        self._observe(seconds, self.proxy_overhead, _bounded(provider, PROVIDERS), "true" if stream else "false")
 
     def schema_change(self, tool: str) -> None:
-        self._pending.inc(self._child(self.schema_changes, self.tools.label(tool)))
+        self._inc(self.schema_changes, self.tools.label(tool))
 
     def tool_tokens(self, tool: str | None, direction: str, tokens: float) -> None:
         """Tokens attributed to a tool (an estimate, sidecar/telemetry/tokens.py). direction: one of DIRECTIONS."""
@@ -659,7 +662,7 @@ class Metrics:
 
     def approval(self, outcome: str) -> None:
         """An approval was resolved. outcome: approved, denied, expired."""
-        self._pending.inc(self._child(self.approvals, _bounded(outcome, APPROVAL_OUTCOMES)))
+        self._inc(self.approvals, _bounded(outcome, APPROVAL_OUTCOMES))
 
     # ---------------------------------------------------------------- operational events
 
@@ -690,31 +693,27 @@ class Metrics:
 
     def filter_error(self, name: str, hook: str, critical: bool) -> None:
         """A filter raised. Names and hooks come from code (a fixed, small set)."""
-        self._pending.inc(self._child(self.filter_errors, name[:64], hook[:32], "true" if critical else "false"))
+        self._inc(self.filter_errors, name[:64], hook[:32], "true" if critical else "false")
 
     def request_refused(self, reason: str) -> None:
         """A request or reply refused as a whole. reason: one of REFUSAL_REASONS."""
-        self._pending.inc(self._child(self.requests_refused, _bounded(reason, REFUSAL_REASONS)))
+        self._inc(self.requests_refused, _bounded(reason, REFUSAL_REASONS))
 
     def upstream_error(self, provider: str, cause: str) -> None:
         """An upstream request failed without an HTTP answer (connect, timeout, ...)."""
-        self._pending.inc(
-            self._child(self.upstream_errors, _bounded(provider, PROVIDERS), _bounded(cause, UPSTREAM_CAUSES))
-        )
+        self._inc(self.upstream_errors, _bounded(provider, PROVIDERS), _bounded(cause, UPSTREAM_CAUSES))
 
     def passthrough_request(self, provider: str, path_class: str) -> None:
         """A request forwarded untouched (it cannot carry a tool call)."""
-        self._pending.inc(
-            self._child(self.passthrough, _bounded(provider, PROVIDERS), _bounded(path_class, PATH_CLASSES))
-        )
+        self._inc(self.passthrough, _bounded(provider, PROVIDERS), _bounded(path_class, PATH_CLASSES))
 
     def policy_decision_flip(self, tool: str, before: str, after: str) -> None:
         """A decision flipped: `before` was applied, the policy said `after` (allow, deny, approval)."""
         direction = _bounded(f"{before}_to_{after}", FLIP_DIRECTIONS)
-        self._pending.inc(self._child(self.policy_flips, self.tools.label(tool), direction))
+        self._inc(self.policy_flips, self.tools.label(tool), direction)
 
     def tool_hidden(self, tool: str, path: str = "model") -> None:
-        self._pending.inc(self._child(self.tools_hidden, self.tools.label(tool), _path(path)))
+        self._inc(self.tools_hidden, self.tools.label(tool), _path(path))
 
     def mcp_servers(self, names: Iterable[str]) -> None:
         """The configured MCP server names: the only values the `server` label takes."""
@@ -722,14 +721,12 @@ class Metrics:
 
     def mcp_operation(self, server: str, method: str, error_type: str, seconds: float) -> None:
         """One MCP request proxied (or answered by the sidecar), from its arrival to its answer."""
-        self._pending.observe(
-            self._child(
-                self.mcp_operation_duration,
-                _bounded(server, self._mcp_servers),
-                _bounded(method, MCP_METHODS),
-                _bounded(error_type, MCP_ERROR_TYPES),
-            ),
+        self._observe(
             seconds,
+            self.mcp_operation_duration,
+            _bounded(server, self._mcp_servers),
+            _bounded(method, MCP_METHODS),
+            _bounded(error_type, MCP_ERROR_TYPES),
         )
 
     def tool_result_anomaly(self, kind: str, tool: str | None = None) -> None:
@@ -739,16 +736,14 @@ class Metrics:
                 if len(self._anomaly_kinds) < 32 and len(kind) <= 64:
                     self._anomaly_kinds.add(kind)
         kind_label = kind if kind in self._anomaly_kinds else OTHER
-        self._pending.inc(self._child(self.tool_result_anomalies, self.tools.label(tool), kind_label))
+        self._inc(self.tool_result_anomalies, self.tools.label(tool), kind_label)
 
     def tool_result_rewritten(self, tool: str | None, action: str) -> None:
         """A tool result was rewritten before it went upstream. action: withheld or redacted."""
-        self._pending.inc(
-            self._child(self.tool_results_rewritten, self.tools.label(tool), _bounded(action, RESULT_ACTIONS))
-        )
+        self._inc(self.tool_results_rewritten, self.tools.label(tool), _bounded(action, RESULT_ACTIONS))
 
     def state_error(self, backend: str) -> None:
-        self._pending.inc(self._child(self.state_errors, _bounded(backend, {"memory", "sqlite", "redis"})))
+        self._inc(self.state_errors, _bounded(backend, {"memory", "sqlite", "redis"}))
 
     # ---------------------------------------------------------------- exposition
 
