@@ -225,11 +225,16 @@ class Exchange:
     # their decision is reused, not taken again (see `Filter.decides_once`).
     earlier: dict[str, EarlierLeg] = field(default_factory=dict)
     _slots: dict[ExchangeKey[Any], Any] = field(default_factory=dict, repr=False)
+    _session_info: Session | None = field(default=None, repr=False)
 
     @property
     def session_info(self) -> Session:
-        """The session as one typed value (id and source)."""
-        return Session(self.session, self.session_source)
+        """The session as one typed value (id and source): built once while neither changes
+        (filters ask for it per call and per decision)."""
+        known = self._session_info
+        if known is None or known.id is not self.session or known.source is not self.session_source:
+            known = self._session_info = Session(self.session, self.session_source)
+        return known
 
     def set_session(self, session: Session) -> None:
         """Id and source change together (the conversation filter refines the session)."""
