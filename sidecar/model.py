@@ -468,8 +468,13 @@ class RequestView:
     stream: bool = False
     # Read-only: requests that declare the same tool list share one `ToolList`.
     declarations: Mapping[str, ToolDeclaration] = field(default_factory=dict)
-    results: list[ToolResult] = field(default_factory=list)
+    results: list[ToolResult] = field(default_factory=list)  # those after the latest model turn
     echoed_calls: list[EchoedCall] = field(default_factory=list)
+    # Every tool result of the request, history included, in wire order, with the path of its
+    # content (`Dialect.result_slots`), read in the same walk as `results`. `history` is the
+    # list walked (`messages`, `input`): the slots describe any body that still holds it.
+    result_slots: list[tuple[JsonPath, ToolResult]] = field(default_factory=list)
+    history: list[Any] | None = None
     # The provider's user field (`metadata.user_id`, `user`, `prompt_cache_key`).
     session_hint: str | None = None
     # Text used to derive a session id when no explicit hint exists.
@@ -478,7 +483,7 @@ class RequestView:
     store: bool = True
     # Tools the provider runs itself (web_search, code_interpreter, mcp:<server>...): a server
     # call is `declared` when its name is here.
-    server_tools: set[str] = field(default_factory=set)
+    server_tools: frozenset[str] = frozenset()
     # The provider-held conversation the request belongs to: an OpenAI conversation id, or an
     # Anthropic message thread (create / continue from a message id).
     conversation: str | None = None

@@ -28,13 +28,13 @@ from sidecar.dialects.base import (
     parse_arguments,
     token_count,
 )
+from sidecar.dialects.request_body import read_once
 from sidecar.dialects.sse import SSEEvent, format_event
 from sidecar.model import (
     EchoedCall,
     Frame,
     Item,
     ItemKind,
-    JsonPath,
     Provider,
     Reply,
     RequestView,
@@ -194,11 +194,21 @@ class AnthropicDialect(Dialect):
                 )
         return declared
 
-    def server_tools(self, body: dict[str, Any]) -> set[str]:
+    def server_tools(self, body: dict[str, Any]) -> frozenset[str]:
         """Server tools by name (`web_search`...), MCP servers as `mcp:<name>`; a tool type the
-        sidecar does not know counts as a server tool (a `server_tool_use` of it is declared)."""
+        sidecar does not know counts as a server tool (a `server_tool_use` of it is declared).
+        Those of a tool list read before are that reading's (`read_once`)."""
+        listed = read_once(body.get("tools"), (self.name, "server_tools"), self._listed_server_tools)
+        servers = body.get("mcp_servers")
+        if not servers:
+            return listed
+        names = [server.get("name") for server in as_list(servers) if isinstance(server, dict)]
+        return listed.union(f"mcp:{name}" for name in names if isinstance(name, str))
+
+    @staticmethod
+    def _listed_server_tools(tools: Any) -> frozenset[str]:
         names: set[str] = set()
-        for tool in as_list(body.get("tools")):
+        for tool in as_list(tools):
             kind = tool.get("type") if isinstance(tool, dict) else None
             if not isinstance(kind, str) or kind == "custom" or kind.startswith(_CLIENT_TOOL_TYPES):
                 continue
@@ -206,10 +216,7 @@ class AnthropicDialect(Dialect):
                 names.add(f"mcp:{tool.get('mcp_server_name', '')}")
             elif isinstance(tool.get("name"), str):
                 names.add(tool["name"])
-        for server in as_list(body.get("mcp_servers")):
-            if isinstance(server, dict) and isinstance(server.get("name"), str):
-                names.add(f"mcp:{server['name']}")
-        return names
+        return frozenset(names)
 
     def read_request(self, body: dict[str, Any]) -> RequestView:
         view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
@@ -219,35 +226,31 @@ class AnthropicDialect(Dialect):
         metadata = body.get("metadata")
         if isinstance(metadata, dict) and metadata.get("user_id"):
             view.session_hint = str(metadata["user_id"])
-        messages = [m for m in as_list(body.get("messages")) if isinstance(m, dict)]
-        first_user = next((m for m in messages if m.get("role") == "user"), {})
+        history = as_list(body.get("messages"))
+        view.history = history
+        first_user = next((m for m in history if isinstance(m, dict) and m.get("role") == "user"), {})
         view.session_seed = _text_of(body.get("system")) + "\x00" + _text_of(first_user.get("content"))
-        for message in messages:
+        slots = view.result_slots
+        new = 0  # only results after the latest model turn are new
+        for m, message in enumerate(history):
+            if not isinstance(message, dict):
+                continue
             content = message.get("content")
             if not isinstance(content, list):
                 continue
             if message.get("role") == "assistant":
-                view.results = []  # only results after the latest model turn are new
+                new = len(slots)
                 for block in content:
                     if isinstance(block, dict) and block.get("type") == "tool_use":
                         view.echoed_calls.append(
                             EchoedCall(str(block.get("id")), str(block.get("name")), block.get("input"))
                         )
                 continue
-            for block in content:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    view.results.append(_tool_result(block))
-        return view
-
-    def result_slots(self, body: dict[str, Any]) -> list[tuple[JsonPath, ToolResult]]:
-        slots: list[tuple[JsonPath, ToolResult]] = []
-        for m, message in enumerate(as_list(body.get("messages"))):
-            if not isinstance(message, dict) or message.get("role") == "assistant":
-                continue
-            for b, block in enumerate(as_list(message.get("content"))):
+            for b, block in enumerate(content):
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     slots.append((("messages", m, "content", b, "content"), _tool_result(block)))
-        return slots
+        view.results = [result for _, result in slots[new:]]
+        return view
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]

@@ -335,6 +335,8 @@ class Dialect(ABC):
 
     # The request keys whose values declare tools (Chat adds legacy `functions`).
     declaring_keys: ClassVar[tuple[str, ...]] = ("tools",)
+    # The request's conversation list, which holds the calls and results (`RequestView.history`).
+    history_key: ClassVar[str] = "messages"
 
     def declarations(self, body: dict[str, Any]) -> Mapping[str, ToolDeclaration]:
         """The client tools a request declares, by name, read-only.
@@ -394,10 +396,10 @@ class Dialect(ABC):
         """The next request on the agent's behalf: the conversation, the model's turn, and
         one tool result per call of that turn (outputs are in call order)."""
 
-    def server_tools(self, body: dict[str, Any]) -> set[str]:
+    def server_tools(self, body: dict[str, Any]) -> frozenset[str]:
         """Names of the tools the provider runs itself, declared in a request (or echoed in a
         stored response)."""
-        return set()
+        return frozenset()
 
     def sequence_number(self, event: Frame) -> int | None:
         """The position a stream event announces (Responses `sequence_number`), if any."""
@@ -409,10 +411,12 @@ class Dialect(ABC):
         return compact(payload) if call.kind.runs_on_client else None
 
     # -- tool results in a request (inspection: sidecar/filters/result_policy.py) -----------
-    @abstractmethod
     def result_slots(self, body: dict[str, Any]) -> list[tuple[JsonPath, ToolResult]]:
         """Every tool result the request carries, history included, in wire order, with the
-        path of its content in `body` (where `replace_results` writes)."""
+        path of its content in `body` (where `replace_results` writes). `read_request` reads
+        them in its walk (`RequestView.result_slots`); an exchange reuses them
+        (`Exchange.request_results`)."""
+        return self.read_request(body).result_slots
 
     def request_results(self, body: dict[str, Any]) -> list[ToolResult]:
         """Every tool result of the request (history included), in wire order: the positions

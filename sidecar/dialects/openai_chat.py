@@ -49,7 +49,6 @@ from sidecar.model import (
     EchoedCall,
     Item,
     ItemKind,
-    JsonPath,
     Provider,
     Reply,
     RequestView,
@@ -229,15 +228,23 @@ class OpenAIChatDialect(Dialect):
         view = RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")))
         view.declarations = self.declarations(body)
         view.session_hint = body.get("user") or body.get("prompt_cache_key") or None
-        messages = [m for m in as_list(body.get("messages")) if isinstance(m, dict)]
+        history = as_list(body.get("messages"))
+        view.history = history
+        messages = [m for m in history if isinstance(m, dict)]
         system = next((m for m in messages if m.get("role") in ("system", "developer")), {})
         first_user = next((m for m in messages if m.get("role") == "user"), {})
         view.session_seed = content_text(system.get("content")) + "\x00" + content_text(first_user.get("content"))
         latest_legacy: EchoedCall | None = None
-        for position, message in enumerate(messages):
+        slots = view.result_slots
+        new = 0  # only results after the latest model turn are new
+        position = -1  # among the object messages: legacy calls' history ids count these
+        for index, message in enumerate(history):
+            if not isinstance(message, dict):
+                continue
+            position += 1
             role = message.get("role")
             if role == "assistant":
-                view.results = []
+                new = len(slots)
                 latest_legacy = None
                 for wire in as_list(message.get("tool_calls")):
                     function = as_dict(as_dict(wire).get("function"))
@@ -253,26 +260,9 @@ class OpenAIChatDialect(Dialect):
             else:
                 result = _message_result(message, latest_legacy)
                 if result is not None:
-                    view.results.append(result)
+                    slots.append((("messages", index, "content"), result))
+        view.results = [result for _, result in slots[new:]]
         return view
-
-    def result_slots(self, body: dict[str, Any]) -> list[tuple[JsonPath, ToolResult]]:
-        slots: list[tuple[JsonPath, ToolResult]] = []
-        latest_legacy: EchoedCall | None = None
-        position = -1  # among the object messages, as `read_request` counts for legacy ids
-        for index, message in enumerate(as_list(body.get("messages"))):
-            if not isinstance(message, dict):
-                continue
-            position += 1
-            if message.get("role") == "assistant":
-                legacy = message.get(LEGACY)
-                named = str(legacy.get("name")) if isinstance(legacy, dict) else ""
-                latest_legacy = EchoedCall(legacy_history_id(position), named) if isinstance(legacy, dict) else None
-                continue
-            result = _message_result(message, latest_legacy)
-            if result is not None:
-                slots.append((("messages", index, "content"), result))
-        return slots
 
     declaring_keys = ("tools", "functions")
 

@@ -36,13 +36,13 @@ from sidecar.dialects.base import (
     token_count,
 )
 from sidecar.dialects.openai_chat import content_text, openai_error_body, result_size
+from sidecar.dialects.request_body import read_once
 from sidecar.dialects.sse import SSEEvent, format_event
 from sidecar.model import (
     EchoedCall,
     Frame,
     Item,
     ItemKind,
-    JsonPath,
     Provider,
     Reply,
     RequestView,
@@ -259,6 +259,7 @@ def conversation_id(body: dict[str, Any]) -> str | None:
 
 class OpenAIResponsesDialect(Dialect):
     name = "openai_responses"
+    history_key = "input"
     provider = Provider.OPENAI
     client_tool_types = ("function",)
     summary_keys = None
@@ -276,18 +277,24 @@ class OpenAIResponsesDialect(Dialect):
         if isinstance(items, str):
             view.session_seed = str(body.get("instructions") or "") + "\x00" + items
             return view
-        items = [i for i in as_list(items) if isinstance(i, dict)]
-        first_user: dict[str, Any] = next((i for i in items if i.get("role") == "user"), {})
+        history = as_list(items)
+        view.history = history
+        first_user: dict[str, Any] = next((i for i in history if isinstance(i, dict) and i.get("role") == "user"), {})
         view.session_seed = str(body.get("instructions") or "") + "\x00" + content_text(first_user.get("content"))
-        for item in items:
+        slots = view.result_slots
+        new = 0  # only results after the latest model turn are new
+        for index, item in enumerate(history):
+            if not isinstance(item, dict):
+                continue
             kind = item.get("type")
             if isinstance(kind, str) and kind in _ANSWER_TYPES:
-                view.results.append(_output_result(item))
+                slots.append((("input", index, "output"), _output_result(item)))
             elif _model_item(item):
-                view.results = []
+                new = len(slots)
                 if isinstance(kind, str) and kind in _CLIENT_ITEMS:
                     call = _call(item, 0)
                     view.echoed_calls.append(EchoedCall(call.id, call.name, item.get("arguments", call.arguments)))
+        view.results = [result for _, result in slots[new:]]
         view.server_tools = self.server_tools(body)
         return view
 
@@ -338,9 +345,15 @@ class OpenAIResponsesDialect(Dialect):
                 declared[found.name] = found
         return declared
 
-    def server_tools(self, body: dict[str, Any]) -> set[str]:
+    def server_tools(self, body: dict[str, Any]) -> frozenset[str]:
+        """The hosted tools declared (`web_search`..., MCP servers as `mcp:<label>`); those of
+        a tool list read before are that reading's (`read_once`)."""
+        return read_once(body.get("tools"), (self.name, "server_tools"), self._listed_server_tools)
+
+    @staticmethod
+    def _listed_server_tools(tools: Any) -> frozenset[str]:
         names: set[str] = set()
-        for tool in as_list(body.get("tools")):
+        for tool in as_list(tools):
             kind = tool.get("type") if isinstance(tool, dict) else None
             if not isinstance(kind, str):
                 continue
@@ -352,15 +365,7 @@ class OpenAIResponsesDialect(Dialect):
                 names.add("shell")
             elif kind == "tool_search" and tool.get("execution") != "client":
                 names.add("tool_search")
-        return names
-
-    def result_slots(self, body: dict[str, Any]) -> list[tuple[JsonPath, ToolResult]]:
-        items = body.get("input")
-        return [
-            (("input", index, "output"), _output_result(item))
-            for index, item in enumerate(as_list(items))
-            if isinstance(item, dict) and isinstance(item.get("type"), str) and item["type"] in _ANSWER_TYPES
-        ]
+        return frozenset(names)
 
     def repair_request(
         self, request: dict[str, Any], reply: Reply, outputs: list[tuple[ToolCall, dict[str, Any]]]

@@ -16,8 +16,8 @@ edited behind the freeze.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Final
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Final, TypeVar
 
 import msgspec
 import orjson
@@ -37,20 +37,36 @@ _BYTES_PER_WIRE_BYTE: Final = 8
 
 _SPLIT: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
+T = TypeVar("T")
+
 
 class SharedList(FrozenList[Any]):
     """A top-level tool list shared by the requests that declare it with these bytes.
 
     `written` is orjson's text of it when it was frozen: the declarations cache keys on it
-    (its hash is computed once), and `edited_shared_lists` compares against it."""
+    (its hash is computed once), and `edited_shared_lists` compares against it. Values read
+    from the list alone are kept with it (`read_once`)."""
 
-    __slots__ = ("raw", "written")
+    __slots__ = ("_read", "raw", "written")
 
     def __init__(self, items: Iterable[Any] = (), raw: bytes = b"") -> None:
         # Defaults: `dataclasses.asdict` copies a list by calling its type on the items.
         list.__init__(self, items)
         self.raw = raw
         self.written = orjson.dumps(self)
+        self._read: dict[Hashable, Any] = {}
+
+
+def read_once(value: Any, key: Hashable, read: Callable[[Any], T]) -> T:
+    """`read(value)`, computed once per shared list (under `key`, one per kind of reading) and
+    afresh for any other value. `read` must depend on the list alone, and its result must be
+    immutable: every request that declares the list gets the same object."""
+    if not isinstance(value, SharedList):
+        return read(value)
+    known = value._read
+    if key not in known:
+        known[key] = read(value)
+    return known[key]  # type: ignore[no-any-return]
 
 
 _SHARED: LRUCache[bytes, SharedList] = LRUCache(

@@ -20,7 +20,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from sidecar.dialects.base import Dialect, compact
-from sidecar.model import CallPath, Provider, RequestView, Session, SessionSource, ToolCall, Verdict
+from sidecar.model import CallPath, Provider, RequestView, Session, SessionSource, ToolCall, ToolResult, Verdict
 
 T = TypeVar("T")
 
@@ -261,6 +261,15 @@ class Exchange:
         if not isinstance(self.dialect, Dialect):
             raise TypeError(f"exchange {self.id} speaks {self.dialect.name}, not a model dialect")
         return self.dialect
+
+    def request_results(self) -> list[ToolResult]:
+        """Every tool result `request` carries (the dialect's `request_results`): those
+        `read_request` read in its walk while `request` still holds the history it walked
+        (filters replace bodies and lists, they never edit them), else read again."""
+        view, dialect = self.view, self.model_dialect
+        if view.history is not None and self.request.get(dialect.history_key) is view.history:
+            return [result for _, result in view.result_slots]
+        return dialect.request_results(self.request)
 
     def get(self, key: ExchangeKey[T]) -> T | None:
         return cast("T | None", self._slots.get(key))

@@ -196,7 +196,7 @@ class ResultPolicy(PolicyPhase):
         if ex.path is not CallPath.MODEL:
             return
         dialect = ex.model_dialect
-        results = dialect.request_results(ex.request)
+        results = ex.request_results()
         if not results:
             return
         records = _aligned(results, ex.results)

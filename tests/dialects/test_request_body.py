@@ -178,3 +178,18 @@ def test_dataclass_copies_of_a_shared_list_work() -> None:
     shared = _twice(_body(_tools(uuid.uuid4().hex)))[1]["tools"]
     copied = asdict(Record(shared))["tools"]
     assert copied == shared and orjson.dumps(copied) == orjson.dumps(shared)
+
+
+def test_server_tools_of_a_shared_list_are_read_once_and_the_rest_per_request() -> None:
+    tag = uuid.uuid4().hex
+    tools = [*_tools(tag), {"type": "web_search_20250305", "name": f"web_{tag}"}]
+    first, again = _twice(_body(tools, mcp_servers=[{"type": "url", "url": "https://x", "name": "docs"}]))
+    assert ANTHROPIC.server_tools(first) == {f"web_{tag}", "mcp:docs"}
+    listed = ANTHROPIC.server_tools({"tools": again["tools"]})
+    assert listed == {f"web_{tag}"} and ANTHROPIC.server_tools({"tools": again["tools"]}) is listed
+    # The MCP servers are the request's own: another request with the same list names its own.
+    other = request_object(_body(tools, mcp_servers=[{"name": "wiki"}, {"url": "no name"}]))
+    assert other is not None and other["tools"] is first["tools"]
+    assert ANTHROPIC.server_tools(other) == {f"web_{tag}", "mcp:wiki"}
+    # A list that is not shared (built by a filter, or too large to keep) is read each time.
+    assert ANTHROPIC.server_tools({"tools": list(tools)}) == {f"web_{tag}"}
