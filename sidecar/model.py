@@ -549,9 +549,9 @@ class Reply:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class TokenUsage:
-    """A reply's token usage, in one shape for every provider (read by `Dialect.usage`).
+class TokenUsage(NamedTuple):
+    """A reply's token usage, in one shape for every provider (read by `Dialect.usage`). A
+    named tuple, as `ToolResult`: one per reply.
 
     `input` is every input token of the request: cache reads and cache writes included
     (Anthropic reports them apart from `input_tokens`; OpenAI's `prompt_tokens` / `input_tokens`

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
 import orjson
 from multidict import CIMultiDict
@@ -182,10 +182,10 @@ class McpFacts:
     carrier: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class EarlierLeg:
+class EarlierLeg(NamedTuple):
     """The model-path leg of a logical call that an MCP `tools/call` executes (docs/mcp.md, "One
-    logical call"): the call the model asked for and the agent received, judged there once."""
+    logical call"): the call the model asked for and the agent received, judged there once.
+    (A named tuple, as `ToolResult`: one per delivered call.)"""
 
     session: Session
     call_id: str

@@ -27,6 +27,9 @@ HOP_BY_HOP_PREFIX = "proxy-"
 # so a Content-Encoding from the agent would be a lie.
 _REQUEST_OWN = frozenset({"host", "content-length", "accept-encoding", "content-encoding"})
 _RESPONSE_OWN = frozenset({"content-length", "content-encoding"})
+# What never crosses in each direction, in one set (each header is looked up once).
+_REQUEST_DROPPED = HOP_BY_HOP | _REQUEST_OWN
+_RESPONSE_DROPPED = HOP_BY_HOP | _RESPONSE_OWN
 # We decode what we read; only ask for encodings aiohttp can decode.
 UPSTREAM_ACCEPT_ENCODING = "gzip, deflate"
 
@@ -38,15 +41,20 @@ def is_hop_by_hop(name: str) -> bool:
 
 def _connection_tokens(headers: Mapping[str, str]) -> set[str]:
     """Header names listed by every Connection header (there may be several)."""
-    values = [value for name, value in headers.items() if name.lower() == "connection"]
+    getall = getattr(headers, "getall", None)  # a multidict finds them without a walk
+    if getall is not None:
+        values = getall("connection", ())
+    else:
+        values = [value for name, value in headers.items() if name.lower() == "connection"]
     return {token.strip().lower() for value in values for token in value.split(",") if token.strip()}
 
 
-def _filtered(items: Iterable[tuple[str, str]], drop: frozenset[str], extra: set[str]) -> CIMultiDict[str]:
+def _filtered(items: Iterable[tuple[str, str]], dropped: frozenset[str], extra: set[str]) -> CIMultiDict[str]:
+    """`dropped`: hop-by-hop headers and the side's own, lower case; `extra`: more of them."""
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in items:
         lower = name.lower()
-        if is_hop_by_hop(lower) or lower in drop or lower in extra:
+        if lower in dropped or lower in extra or lower.startswith(HOP_BY_HOP_PREFIX):
             continue
         out.add(name, value)
     return out
@@ -55,11 +63,11 @@ def _filtered(items: Iterable[tuple[str, str]], drop: frozenset[str], extra: set
 def upstream_request_headers(headers: Mapping[str, str], drop: Iterable[str] = ()) -> CIMultiDict[str]:
     """What the agent sent, minus hop-by-hop headers, `drop` and what the sidecar sets itself."""
     extra = _connection_tokens(headers) | {d.lower() for d in drop}
-    out = _filtered(headers.items(), _REQUEST_OWN, extra)
+    out = _filtered(headers.items(), _REQUEST_DROPPED, extra)
     out["Accept-Encoding"] = UPSTREAM_ACCEPT_ENCODING
     return out
 
 
 def downstream_response_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
     """What the provider sent, minus hop-by-hop headers and the framing of a body we decoded."""
-    return _filtered(headers.items(), _RESPONSE_OWN, _connection_tokens(headers))
+    return _filtered(headers.items(), _RESPONSE_DROPPED, _connection_tokens(headers))

@@ -90,3 +90,17 @@ def test_request_content_encoding_is_not_forwarded():
     out = upstream_request_headers(_headers(("Content-Encoding", "gzip"), ("Content-Type", "application/json")))
     assert "content-encoding" not in _names(out)
     assert out["Content-Type"] == "application/json"
+
+
+def test_every_connection_header_names_headers_to_drop_in_any_case():
+    pairs = (
+        ("connection", "X-Hop-One"),
+        ("CONNECTION", "x-hop-two , keep-alive"),
+        ("X-Hop-One", "1"),
+        ("x-HOP-two", "2"),
+        ("X-Kept", "3"),
+    )
+    for incoming in (_headers(*pairs), dict(pairs)):  # a multidict, and any other mapping
+        out = upstream_request_headers(incoming)
+        assert _names(out) == {"x-kept", "accept-encoding"}, type(incoming)
+        assert _names(downstream_response_headers(incoming)) == {"x-kept"}
