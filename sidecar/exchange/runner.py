@@ -505,8 +505,10 @@ class _StreamDelivery:
             if ex.repair_rounds:
                 # Headers left long ago: say it the way clients ignore, an SSE comment.
                 tail = f": {REPAIR_HEADER}: {ex.repair_rounds}\n\n".encode() + tail
+        elif ex.resume_after is None:  # most streams: every held event goes
+            tail = b"".join([event.raw for event in assembler.held])
         else:
-            tail = b"".join(event.raw for event in assembler.held if not _already_sent(ex, event))
+            tail = b"".join([event.raw for event in assembler.held if not _already_sent(ex, event)])
         await self.agent.close_stream(tail)  # the held part and the stream's end: one write
 
 
