@@ -71,13 +71,17 @@ def body_characters(body: bytes) -> int:
     return len(body) if body.isascii() else len(body.decode("utf-8", "replace"))
 
 
+# Enum members read once per span or item, as module names (cheaper on Python 3.11, as in
+# sidecar/telemetry/tokens.py).
+_CALL = SpanKind.CALL
+_OUTPUT = Direction.OUTPUT
+
+
 def span_tools(spans: list[ToolSpan], ledger: dict[str, str | None]) -> list[str | None]:
     """Each span's tool: a call's own name; a result by the call it answers (echoed in the
     request, else known to the ledger), else the name the result itself carries."""
-    called = {s.call_id: s.name for s in spans if s.kind is SpanKind.CALL}
-    return [
-        s.name if s.kind is SpanKind.CALL else called.get(s.call_id) or ledger.get(s.call_id) or s.name for s in spans
-    ]
+    called = {s.call_id: s.name for s in spans if s.kind is _CALL}
+    return [s.name if s.kind is _CALL else called.get(s.call_id) or ledger.get(s.call_id) or s.name for s in spans]
 
 
 class CostFilter(Filter):
@@ -169,7 +173,7 @@ class CostFilter(Filter):
         ]
         for item, tokens in zip(items, output_tokens(usage, items), strict=True):
             if item.tool is not None:
-                spent[(item.tool, Direction.OUTPUT)] += tokens
+                spent[(item.tool, _OUTPUT)] += tokens
 
     @staticmethod
     def _input(prompt: _Prompt, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]) -> None:

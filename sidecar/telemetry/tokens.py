@@ -41,6 +41,9 @@ class Direction(StrEnum):
 
 DIRECTIONS = tuple(Direction)
 INPUT_DIRECTIONS = (Direction.INPUT, Direction.INPUT_CACHED, Direction.INPUT_CACHE_WRITE)
+# The members as module names: on Python 3.11 reading `Direction.INPUT` costs several times a
+# global's lookup, and `split_input` reads three per span of every request.
+_INPUT, _INPUT_CACHED, _INPUT_CACHE_WRITE = INPUT_DIRECTIONS
 
 
 class Written(NamedTuple):
@@ -90,9 +93,9 @@ def split_input(usage: TokenUsage, tokens: Sequence[float], new: Sequence[bool])
         rest = amount - cached
         out.append(
             {
-                Direction.INPUT: rest * (1 - write_share),
-                Direction.INPUT_CACHED: cached,
-                Direction.INPUT_CACHE_WRITE: rest * write_share,
+                _INPUT: rest * (1 - write_share),
+                _INPUT_CACHED: cached,
+                _INPUT_CACHE_WRITE: rest * write_share,
             }
         )
     return out
