@@ -6,6 +6,7 @@ tool result is ever sent upstream in another conversation's request.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from sidecar.app import Running
 from sidecar.filters.policy import PolicyFilter
-from sidecar.identity import named, session_id
+from sidecar.identity import DERIVED_CACHE_CHARS, derived, named, session_id
 from sidecar.model import RequestView, SessionSource
 from sidecar.scripted import ScriptedModel, ToolCallSpec, Turn
 from tests.conftest import StartSidecar
@@ -225,3 +226,17 @@ async def test_chain_session_is_its_root_and_keeps_the_first_turns_calls(
     assert told["result"] == SENT_A
     assert [r.known for r in capture.results] == [True]
     assert capture.checks[-1].exchange.session_info == named(SessionSource.CHAIN, str(root))
+
+
+def test_a_derived_session_is_hashed_once_per_seed_and_always_the_same() -> None:
+    seed = "You are a careful agent.\x00" + "fix the parser " * 200
+    first = derived(seed)
+    assert first.source is SessionSource.DERIVED
+    assert first.id == "derived:" + hashlib.sha256(seed.encode()).hexdigest()[:32]
+    assert derived(seed[:-1] + seed[-1]) is first  # an equal seed, another string: remembered
+    assert derived(seed + "!").id != first.id
+    # A seed longer than a tenth of the bound is hashed every time, to the same id.
+    long_seed = "x" * (DERIVED_CACHE_CHARS // 10 + 1)
+    again = derived(long_seed)
+    assert again == derived(long_seed) and again is not derived(long_seed)
+    assert again.id == "derived:" + hashlib.sha256(long_seed.encode()).hexdigest()[:32]
