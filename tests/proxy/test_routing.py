@@ -159,3 +159,33 @@ def test_a_remembered_route_is_the_route_and_memory_stays_bounded(monkeypatch: p
     long_path = "/v1/files/" + "a" * routing._REMEMBERED_PATH
     assert resolve("GET", long_path, NO_HEADERS).path == long_path
     assert ("GET", long_path) not in routing._routes
+
+
+def test_a_remembered_upstream_url_is_the_url_and_memory_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upstream URLs are remembered by (base, path, query): asked again, the answer is what
+    building afresh gives, and each base, path and query keeps its own."""
+    from sidecar.proxy import routing
+
+    monkeypatch.setattr(routing, "_urls", {})
+    cases = [
+        (BASE, "/v1/messages", ""),
+        (PREFIXED, "/v1/messages", ""),
+        (BASE, "/v1/messages", "beta=true"),
+        (BASE, "/../v1/messages", ""),
+    ]
+    fresh = [str(upstream_url(*case)) for case in cases]
+    assert fresh == [
+        "http://10.0.0.5:8000/v1/messages",
+        "http://10.0.0.5:8000/anthropic/v1/messages",
+        "http://10.0.0.5:8000/v1/messages?beta=true",
+        "http://10.0.0.5:8000/v1/messages",
+    ]
+    assert [str(upstream_url(*case)) for case in cases] == fresh
+    assert upstream_url(*cases[0]) is upstream_url(*cases[0])
+
+    for i in range(routing._REMEMBERED + 10):
+        upstream_url(BASE, f"/v1/files/file_{i}", "")
+    assert len(routing._urls) <= routing._REMEMBERED
+    long_query = "q=" + "a" * routing._REMEMBERED_PATH
+    assert upstream_url(BASE, "/v1/files", long_query).raw_query_string == long_query
+    assert (BASE, "/v1/files", long_query) not in routing._urls
