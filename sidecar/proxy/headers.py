@@ -34,11 +34,6 @@ _RESPONSE_DROPPED = HOP_BY_HOP | _RESPONSE_OWN
 UPSTREAM_ACCEPT_ENCODING = "gzip, deflate"
 
 
-def is_hop_by_hop(name: str) -> bool:
-    lower = name.lower()
-    return lower in HOP_BY_HOP or lower.startswith(HOP_BY_HOP_PREFIX)
-
-
 def _connection_tokens(headers: Mapping[str, str]) -> set[str]:
     """Header names listed by every Connection header (there may be several)."""
     getall = getattr(headers, "getall", None)  # a multidict finds them without a walk

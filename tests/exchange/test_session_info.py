@@ -28,7 +28,7 @@ def test_session_info_follows_set_session_and_direct_assignment() -> None:
     assert ex.session_info.source is SessionSource.DERIVED
     ex.set_session(Session("conv-1", SessionSource.CONVERSATION))
     assert ex.session_info == Session("conv-1", SessionSource.CONVERSATION)
-    ex.session = "conv-2"  # the id alone, as the conversation filter's state does
+    ex.session = "conv-2"  # the id alone (a field like any other: nothing stops a direct write)
     assert ex.session_info == Session("conv-2", SessionSource.CONVERSATION)
     ex.session_source = SessionSource.HEADER
     assert ex.session_info == Session("conv-2", SessionSource.HEADER)
