@@ -95,13 +95,19 @@ class KeyMatcher:
 
     def __init__(self, patterns: Iterable[str]) -> None:
         self._patterns = tuple(p for p in (_norm_key(x) for x in patterns) if p)
-        self._answers: dict[str, bool] = {}
+        # key -> (the key as written out, whether it names a credential)
+        self._answers: dict[str, tuple[str, bool]] = {}
 
     def __call__(self, key: str) -> bool:
+        return self.plan(key)[1]
+
+    def plan(self, key: str) -> tuple[str, bool]:
+        """The key redacted (`redact_text`), and whether it names a credential: both remembered,
+        so a log line's known keys cost one lookup each."""
         answer = self._answers.get(key)
         if answer is None:
             norm = _norm_key(key)
-            answer = any(p in norm for p in self._patterns)
+            answer = (redact_text(key), any(p in norm for p in self._patterns))
             if len(self._answers) >= self.MAX_REMEMBERED:
                 self._answers.clear()
             self._answers[key] = answer
@@ -142,6 +148,9 @@ def redact(value: Any, key_patterns: Iterable[str] | KeyMatcher = DEFAULT_KEY_PA
 # Values with nothing in them to redact; checked first, before the Mapping ABC (a slower
 # check), because most values of a log line are numbers, flags and nulls.
 _SCALARS = (bool, int, float, type(None))
+# The same, by exact type: a mapping's values of these types are written out without a call
+# (subclasses, such as enum members, take the general path).
+_PLAIN_SCALARS = frozenset({bool, int, float, type(None)})
 
 
 def _redact(value: Any, matcher: KeyMatcher, depth: int) -> Any:
@@ -151,15 +160,30 @@ def _redact(value: Any, matcher: KeyMatcher, depth: int) -> Any:
         return value
     if depth >= _MAX_DEPTH and isinstance(value, (Mapping, list, tuple)):
         return REDACTED
-    if isinstance(value, Mapping):
-        out: dict[Any, Any] = {}
-        for k, v in value.items():
-            skey = k if isinstance(k, str) else str(k)
-            if matcher(skey) and _sensitive_value(skey, v):
-                out[redact_text(skey) if isinstance(k, str) else k] = REDACTED
-            else:
-                out[redact_text(skey) if isinstance(k, str) else k] = _redact(v, matcher, depth + 1)
-        return out
+    if type(value) is dict or isinstance(value, Mapping):
+        return _redact_mapping(value, matcher, depth)
     if isinstance(value, (list, tuple)):
         return [_redact(v, matcher, depth + 1) for v in value]
     return value
+
+
+def _redact_mapping(value: Mapping[Any, Any], matcher: KeyMatcher, depth: int) -> dict[Any, Any]:
+    """A log line is one mapping of mostly short strings and numbers: each key is one lookup
+    (`KeyMatcher.plan`), and a plain string or number value is handled here, without a call."""
+    out: dict[Any, Any] = {}
+    for k, v in value.items():
+        if type(k) is str:
+            skey = k
+            written, named = matcher.plan(k)
+        else:  # a str subclass is written redacted, any other key as it is (matched as text)
+            skey = k if isinstance(k, str) else str(k)
+            written, named = (redact_text(skey) if isinstance(k, str) else k), matcher(skey)
+        if named and _sensitive_value(skey, v):
+            out[written] = REDACTED
+        elif type(v) is str:
+            out[written] = redact_text(v)
+        elif type(v) in _PLAIN_SCALARS:
+            out[written] = v
+        else:
+            out[written] = _redact(v, matcher, depth + 1)
+    return out
