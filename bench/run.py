@@ -90,8 +90,11 @@ def log(message: str) -> None:
 
 
 def machine() -> str:
+    """CPUs, load and the interpreter the targets run on: its build moves CPU per request
+    (bench/README.md, "The interpreter's build"), so the line names the binary."""
     load = Path("/proc/loadavg").read_text().split()[:3]
-    return f"{os.cpu_count()} CPUs, load {' '.join(load)}, Python {platform.python_version()}"
+    interpreter = os.path.realpath(sys.executable)
+    return f"{os.cpu_count()} CPUs, load {' '.join(load)}, Python {platform.python_version()} ({interpreter})"
 
 
 async def start_all(services: Services, workdir: Path, policies: str, workers: int) -> dict[str, Service]:

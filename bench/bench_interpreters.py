@@ -1,0 +1,92 @@
+"""The same sidecar code on several Python interpreters: CPU per request of each, alternated.
+
+How the interpreter was built moves the sidecar's CPU per request as much as a round of code
+changes: a build with profile-guided optimisation and link-time optimisation (the official
+Docker images', Debian's /usr/bin/python3) runs the same Python faster than one configured
+without them (pyenv's default). bench/run.py measures whichever interpreter runs it; this
+script puts several side by side, each a `sidecar run` in front of the same mock, loaded in turn
+at c=64 for several rounds (drift hits all alike), CPU per request read from /proc.
+
+Each interpreter needs its own environment with the project installed, for example:
+
+    /usr/bin/python3 -m venv /tmp/venv-debian && /tmp/venv-debian/bin/pip install -e .
+
+Run: .venv/bin/python bench/bench_interpreters.py .venv/bin/sidecar /tmp/venv-debian/bin/sidecar
+     [--api anthropic|chat] [--stream] [--rounds 3] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from proxybench.bodies import HEADERS, Api, body_bytes
+from proxybench.load import Request, closed_loop
+from proxybench.procs import Services
+from proxybench.targets import start_mock, start_sidecar
+
+CONCURRENCY = 64
+
+
+def interpreter_of(script: Path) -> str:
+    """The interpreter a console script runs on: its `#!` line, symlinks resolved."""
+    first = script.read_text(errors="replace").splitlines()[0] if script.exists() else ""
+    return os.path.realpath(first[2:].strip()) if first.startswith("#!") else "?"
+
+
+async def measure(
+    scripts: list[Path], api: Api, stream: bool, rounds: int, seconds: float
+) -> tuple[list[list[float]], list[int]]:
+    """CPU µs per request of each `sidecar` script (in order; one may come twice), one value per
+    round, and its failed requests."""
+    request = Request(api, stream, body_bytes(api, stream), HEADERS[api])
+    with tempfile.TemporaryDirectory(prefix="bench-interpreters-") as tmp:
+        workdir = Path(tmp)
+        services = Services(workdir)
+        try:
+            mock = start_mock(services)
+            cars = [
+                start_sidecar(services, f"sidecar{i}", mock.url, workdir, "builtin", command=[str(script)])
+                for i, script in enumerate(scripts)
+            ]
+            await asyncio.gather(mock.wait_ready(), *(car.wait_ready() for car in cars))
+            cpu: list[list[float]] = [[] for _ in scripts]
+            errors = [0 for _ in scripts]
+            for _ in range(rounds):
+                for i, car in enumerate(cars):
+                    url = car.url + api.value
+                    series = await closed_loop(url, request, CONCURRENCY, 10**9, seconds, 2 * CONCURRENCY, car.cpu)
+                    cpu[i].append(series.cpu_us_per_request)
+                    errors[i] += series.errors
+            return cpu, errors
+        finally:
+            services.stop_all()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sidecars", nargs="+", type=Path, help="`sidecar` console scripts, one per interpreter")
+    parser.add_argument("--api", choices=[a.name.lower() for a in Api], default="anthropic")
+    parser.add_argument("--stream", action="store_true", help="streamed replies (default: whole)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per sidecar and round")
+    args = parser.parse_args()
+    api = Api[args.api.upper()]
+    cpu, errors = asyncio.run(measure(args.sidecars, api, args.stream, args.rounds, args.seconds))
+    first = statistics.median(cpu[0])
+    print(f"{api.name.title()} {'streamed' if args.stream else 'whole'}, c={CONCURRENCY}, CPU µs per request")
+    for script, rounds, failures in zip(args.sidecars, cpu, errors, strict=True):
+        median = statistics.median(rounds)
+        failed = f"  {failures} failed requests" if failures else ""
+        print(
+            f"{median:7.0f}  {100 * (median - first) / first:+6.1f}%  {interpreter_of(script)}"
+            f"  (rounds: {', '.join(f'{x:.0f}' for x in rounds)}){failed}"
+        )
+
+
+if __name__ == "__main__":
+    main()
