@@ -55,10 +55,26 @@ _DIGEST, _TEXT = 0, 1  # a field's first byte: 32 raw bytes follow, or a length 
 _DIGEST_MARK, _TEXT_MARK = bytes((_DIGEST,)), bytes((_TEXT,))
 
 
+# Fields made lately, by their text: a call's id and replay key are each made into a field
+# when the call is looked up and again when it is recorded (about 4.7 k instructions for a
+# digest, a dict lookup when remembered). Emptied when full; at most ~300 KB.
+_FIELDS_MAX = 1024
+_fields: dict[str, bytes] = {}
+
+
 def _field(text: str) -> bytes:
     """One string as a record field. A lower-case sha256 hex digest is kept as its 32 bytes;
     any other string (a call id, a test's "k1") as its UTF-8 after its length. The encoding is
     prefix-free, so `record.startswith(field, offset)` is an exact comparison."""
+    made = _fields.get(text)
+    if made is None:
+        if len(_fields) >= _FIELDS_MAX:
+            _fields.clear()
+        made = _fields[text] = _make_field(text)
+    return made
+
+
+def _make_field(text: str) -> bytes:
     if len(text) == 64:
         try:
             raw = bytes.fromhex(text)
@@ -77,9 +93,11 @@ def _field_end(record: bytes, at: int) -> int:
 
 
 def _read_field(record: bytes, at: int) -> tuple[str, int]:
-    end = _field_end(record, at)
+    """The string of the field at `at`, and where the next one starts (`_field_end`, inlined:
+    a lookup reads three fields)."""
     if record[at] == _DIGEST:
-        return record[at + 1 : end].hex(), end
+        return record[at + 1 : at + 33].hex(), at + 33
+    end = at + 5 + _LENGTH.unpack_from(record, at + 1)[0]
     return record[at + 5 : end].decode("utf-8", "surrogatepass"), end
 
 
@@ -221,12 +239,18 @@ class _Listed(list[_ListedEntry]):
 
     def get(self, call_id: str, call: bytes | None = None) -> _Entry | None:
         wanted = _field(call_id) if call is None else call
-        return next((e for e in self if e.is_call(wanted)), None)
+        for entry in self:
+            if entry.is_call(wanted):
+                return entry
+        return None
 
     def holder(self, key: bytes) -> _Entry | None:
         """The newest delivery holding the key. An older holder of the same key has expired: a
         new one is made only when none is live."""
-        return next((e for e in reversed(self) if e.holds(key)), None)
+        for entry in reversed(self):
+            if entry.holds(key):
+                return entry
+        return None
 
     def add(self, rec: CallRecord, call: bytes, key: bytes, holds_key: bool) -> None:
         self.append(_ListedEntry.new(rec, call, key, holds_key))
