@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import orjson
 from multidict import CIMultiDict
@@ -194,6 +194,13 @@ class EarlierLeg(NamedTuple):
     delivered_at: float  # wall clock, when the call reached the agent
 
 
+# Read on every filter's every look at an exchange's path: module names (a member read through
+# its enum class is slower on Python 3.11).
+_MCP, _MODEL = CallPath.MCP, CallPath.MODEL
+# The dialect classes `model_dialect` has checked (a handful): their instances pass at once.
+_MODEL_DIALECTS: set[type] = set()
+
+
 @dataclass(slots=True)
 class Exchange:
     """One agent request to a parsed endpoint, and everything done on its behalf."""
@@ -242,7 +249,7 @@ class Exchange:
 
     @property
     def path(self) -> CallPath:
-        return CallPath.MCP if self.mcp is not None else CallPath.MODEL
+        return _MCP if self.mcp is not None else _MODEL
 
     def path_of(self, call_id: str) -> CallPath:
         """The path that judged this call: the model path for an MCP execution of a call the
@@ -258,9 +265,13 @@ class Exchange:
     @property
     def model_dialect(self) -> Dialect:
         """The model dialect of a model-path exchange (the runner, the enforcer, provider state)."""
-        if not isinstance(self.dialect, Dialect):
-            raise TypeError(f"exchange {self.id} speaks {self.dialect.name}, not a model dialect")
-        return self.dialect
+        dialect = self.dialect
+        if type(dialect) in _MODEL_DIALECTS:  # known already: the ABC's check is a Python call
+            return dialect  # type: ignore[return-value]
+        if not isinstance(dialect, Dialect):
+            raise TypeError(f"exchange {self.id} speaks {dialect.name}, not a model dialect")
+        _MODEL_DIALECTS.add(type(dialect))
+        return dialect
 
     def request_results(self) -> list[ToolResult]:
         """Every tool result `request` carries (the dialect's `request_results`): those
@@ -271,19 +282,24 @@ class Exchange:
             return [result for _, result in view.result_slots]
         return dialect.request_results(self.request)
 
+    # The slots' accessors type their values by annotation, not `typing.cast` (a call each:
+    # filters read slots about 30 times per request).
     def get(self, key: ExchangeKey[T]) -> T | None:
-        return cast("T | None", self._slots.get(key))
+        value: T | None = self._slots.get(key)
+        return value
 
     def setdefault(self, key: ExchangeKey[T], factory: Callable[[], T]) -> T:
-        if key not in self._slots:
-            self._slots[key] = factory()
-        return cast(T, self._slots[key])
+        value: T | None = self._slots.get(key)
+        if value is None and key not in self._slots:
+            value = self._slots[key] = factory()
+        return value  # type: ignore[return-value]  # None only if a slot was put None, as before
 
     def put(self, key: ExchangeKey[T], value: T) -> None:
         self._slots[key] = value
 
     def pop(self, key: ExchangeKey[T]) -> T | None:
-        return cast("T | None", self._slots.pop(key, None))
+        value: T | None = self._slots.pop(key, None)
+        return value
 
     def outgoing(self, original: dict[str, Any]) -> bytes:
         """The bytes to send upstream: the agent's own unless a filter changed the body (a
