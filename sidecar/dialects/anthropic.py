@@ -86,6 +86,7 @@ def _is_server_block(kind: Any) -> bool:
 # What a tool_use / tool_result block takes besides its id, name and payload.
 _CALL_FRAME = frame_length({"type": "tool_use", "id": "", "name": "", "input": None})
 _RESULT_FRAME = frame_length({"type": "tool_result", "tool_use_id": "", "content": None})
+_SPAN_CALL, _SPAN_RESULT = SpanKind.CALL, SpanKind.RESULT  # module names: read per span
 _REASONING = frozenset({"thinking", "redacted_thinking"})
 
 
@@ -383,20 +384,27 @@ class AnthropicDialect(Dialect):
         return item.wire.get("type") in _REASONING
 
     def tool_spans(self, body: dict[str, Any]) -> list[ToolSpan]:
-        messages = [m for m in as_list(body.get("messages")) if isinstance(m, dict)]
-        turn = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=0)
+        messages = as_list(body.get("messages"))
+        turn = 0  # the latest model turn (positions count every message; only their order matters)
+        for position, message in enumerate(messages):
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                turn = position
         spans: list[ToolSpan] = []
         for position, message in enumerate(messages):
-            for block in as_list(message.get("content")):
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(content, list):
+                continue
+            latest = position >= turn
+            for block in content:
                 kind = block.get("type") if isinstance(block, dict) else None
                 if kind == "tool_use":
                     call_id, name = str(block.get("id", "")), str(block.get("name", ""))
                     size = _CALL_FRAME + len(call_id) + len(name) + json_length(block.get("input"))
-                    spans.append(ToolSpan(SpanKind.CALL, call_id, size, name, position >= turn))
+                    spans.append(ToolSpan(_SPAN_CALL, call_id, size, name, latest))
                 elif kind == "tool_result":
                     call_id = str(block.get("tool_use_id", ""))
                     size = _RESULT_FRAME + len(call_id) + json_length(block.get("content", ""))
-                    spans.append(ToolSpan(SpanKind.RESULT, call_id, size, None, position >= turn))
+                    spans.append(ToolSpan(_SPAN_RESULT, call_id, size, None, latest))
         return spans
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:

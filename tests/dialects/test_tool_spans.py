@@ -56,6 +56,31 @@ def test_anthropic_spans_sizes_and_newest_turn() -> None:
     assert [s.size for s in spans] == [compact(c) for c in core]
 
 
+def test_anthropic_spans_skip_what_is_not_a_message_or_blocks() -> None:
+    use = {"type": "tool_use", "id": "toolu_2", "name": "fetch", "input": {}}
+    body = {
+        "messages": [
+            "junk",
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a"}]},
+            {"role": "assistant", "content": [use, "not a block"]},
+            42,
+            {"role": "user", "content": "text only"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "b"}]},
+            {"role": "assistant"},
+        ]
+    }
+    spans = ANTHROPIC.tool_spans(body)
+    # The latest model turn is the last assistant message, whatever lies between the messages.
+    assert [(s.kind, s.call_id, s.latest) for s in spans] == [
+        (SpanKind.RESULT, "toolu_1", False),
+        (SpanKind.CALL, "toolu_2", False),
+        (SpanKind.RESULT, "toolu_2", False),
+    ]
+    body["messages"].pop()
+    assert [s.latest for s in ANTHROPIC.tool_spans(body)] == [False, True, True]
+    assert ANTHROPIC.tool_spans({"messages": "nope"}) == []
+
+
 def test_chat_spans_with_legacy_functions() -> None:
     call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"k": "v"}'}}
     body = {
