@@ -544,6 +544,25 @@ test_side_effecting_within_thresholds_allowed if {
 	d.reasons == []
 }
 
+# Approval settings that hold no threshold (the threshold branches test
+# `tool_settings.approval` first): a side-effecting tool within its limits.
+test_approval_settings_without_thresholds_within_limits if {
+	every settings in [null, false, "yes", [], {}, {"group": "finance"}] {
+		d := sidecar.decision with input as call("t", {"amount": 500, "to": "x@other.test"})
+			with data.sidecar.tools as {"t": {"approval": settings}}
+		d.rule == "within_limits"
+	}
+}
+
+# The unlisted-tool settings' thresholds apply to unlisted tools like a listed tool's.
+test_unlisted_tool_thresholds_apply if {
+	d := sidecar.decision with input as call("brand_new", {"amount": 500})
+		with data.sidecar.tools as {}
+		with data.sidecar.unlisted_tool as {"approval": {"amount_arg": "amount", "max_amount": 100}}
+	d.rule == "amount"
+	d.require_approval.group == "operators"
+}
+
 # --- visible_tools ----------------------------------------------------------------------
 
 test_visible_tools_hides_hidden if {
