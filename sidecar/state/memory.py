@@ -57,8 +57,11 @@ _DIGEST_MARK, _TEXT_MARK = bytes((_DIGEST,)), bytes((_TEXT,))
 
 # Fields made lately, by their text: a call's id and replay key are each made into a field
 # when the call is looked up and again when it is recorded (about 4.7 k instructions for a
-# digest, a dict lookup when remembered). Emptied when full; at most ~300 KB.
+# digest, a dict lookup when remembered). Only short texts (digests are 64 characters, provider
+# call ids about 30): a call id is whatever the model or the agent wrote. Emptied when full; at
+# most about 1,024 x 0.5 KB.
 _FIELDS_MAX = 1024
+_FIELD_TEXT_MAX = 128
 _fields: dict[str, bytes] = {}
 
 
@@ -68,9 +71,11 @@ def _field(text: str) -> bytes:
     prefix-free, so `record.startswith(field, offset)` is an exact comparison."""
     made = _fields.get(text)
     if made is None:
-        if len(_fields) >= _FIELDS_MAX:
-            _fields.clear()
-        made = _fields[text] = _make_field(text)
+        made = _make_field(text)
+        if len(text) <= _FIELD_TEXT_MAX:
+            if len(_fields) >= _FIELDS_MAX:
+                _fields.clear()
+            _fields[text] = made
     return made
 
 

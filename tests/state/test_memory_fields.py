@@ -31,3 +31,7 @@ def test_the_memory_of_fields_stays_within_its_bound() -> None:
     for i in range(3 * memory._FIELDS_MAX):
         memory._field(f"toolu_{i}")
         assert len(memory._fields) <= memory._FIELDS_MAX
+    long = "x" * (memory._FIELD_TEXT_MAX + 1)  # a call id as long as a model or agent likes
+    assert memory._field(long) == memory._make_field(long)
+    assert long not in memory._fields
+    assert all(len(text) <= memory._FIELD_TEXT_MAX for text in memory._fields)
