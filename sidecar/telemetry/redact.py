@@ -102,15 +102,18 @@ class KeyMatcher:
         return self.plan(key)[1]
 
     def plan(self, key: str) -> tuple[str, bool]:
-        """The key redacted (`redact_text`), and whether it names a credential: both remembered,
-        so a log line's known keys cost one lookup each."""
+        """The key redacted (`redact_text`), and whether it names a credential: both remembered
+        for short keys, so a log line's known keys cost one lookup each. A longer key (the
+        arguments a model wrote may have any) is worked out every time: the memory is bounded
+        by count and length."""
         answer = self._answers.get(key)
         if answer is None:
             norm = _norm_key(key)
             answer = (redact_text(key), any(p in norm for p in self._patterns))
-            if len(self._answers) >= self.MAX_REMEMBERED:
-                self._answers.clear()
-            self._answers[key] = answer
+            if len(key) <= _SHORT:
+                if len(self._answers) >= self.MAX_REMEMBERED:
+                    self._answers.clear()
+                self._answers[key] = answer
         return answer
 
 

@@ -104,3 +104,11 @@ def test_a_log_lines_fields() -> None:
         "error": "upstream said [REDACTED]",
         3: REDACTED,
     }
+
+
+def test_only_short_keys_are_remembered() -> None:
+    matcher = KeyMatcher(DEFAULT_KEY_PATTERNS)
+    long_key = "password_" + "x" * 300
+    assert redact({long_key: "hunter2", "session": "s"}, matcher) == {long_key: REDACTED, "session": "s"}
+    assert matcher.plan(long_key) == (long_key, True)
+    assert long_key not in matcher._answers and "session" in matcher._answers
