@@ -20,16 +20,13 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import orjson
 from proxybench.ablated import ABLATIONS
-from proxybench.bodies import HEADERS, Api, body_bytes
-from proxybench.load import Request, closed_loop
-from proxybench.procs import Service, Services
-from proxybench.targets import start_mock, start_sidecar
+from proxybench.alternated import alternated
+from proxybench.bodies import Api
 
 FULL = "full"
 
@@ -56,33 +53,12 @@ def launcher(name: str) -> list[str]:
 async def measure(
     api: Api, stream: bool, names: list[str], rounds: int, seconds: float, concurrency: int
 ) -> list[Part]:
-    request = Request(api, stream, body_bytes(api, stream), HEADERS[api])
-    with tempfile.TemporaryDirectory(prefix="bench-ablation-") as tmp:
-        workdir = Path(tmp)
-        services = Services(workdir)
-        try:
-            mock = start_mock(services)
-            sidecars: dict[str, Service] = {
-                FULL: start_sidecar(services, FULL, mock.url, workdir, "builtin"),
-                **{
-                    name: start_sidecar(services, name, mock.url, workdir, "builtin", command=launcher(name))
-                    for name in names
-                },
-            }
-            await asyncio.gather(mock.wait_ready(), *(s.wait_ready() for s in sidecars.values()))
-            parts = [Part(FULL, "everything on")] + [Part(name, ABLATIONS[name].what) for name in names]
-            for _ in range(rounds):
-                for part in parts:
-                    sidecar = sidecars[part.name]
-                    series = await closed_loop(
-                        sidecar.url + api.value, request, concurrency, 10**9, seconds, 2 * concurrency, sidecar.cpu
-                    )
-                    part.cpu_us.append(series.cpu_us_per_request)
-                    part.rps.append(series.rps)
-                    part.errors += series.errors
-            return parts
-        finally:
-            services.stop_all()
+    commands = [None, *(launcher(name) for name in names)]
+    measured = await alternated(commands, api, stream, rounds, seconds, concurrency, prefix="bench-ablation-")
+    parts = [Part(FULL, "everything on")] + [Part(name, ABLATIONS[name].what) for name in names]
+    for part, runs in zip(parts, measured, strict=True):
+        part.cpu_us, part.rps, part.errors = runs.cpu_us, runs.rps, runs.errors
+    return parts
 
 
 def report(parts: list[Part], title: str) -> str:

@@ -21,13 +21,10 @@ import argparse
 import asyncio
 import os
 import statistics
-import tempfile
 from pathlib import Path
 
-from proxybench.bodies import HEADERS, Api, body_bytes
-from proxybench.load import Request, closed_loop
-from proxybench.procs import Services
-from proxybench.targets import start_mock, start_sidecar
+from proxybench.alternated import alternated
+from proxybench.bodies import Api
 
 CONCURRENCY = 64
 
@@ -36,35 +33,6 @@ def interpreter_of(script: Path) -> str:
     """The interpreter a console script runs on: its `#!` line, symlinks resolved."""
     first = script.read_text(errors="replace").splitlines()[0] if script.exists() else ""
     return os.path.realpath(first[2:].strip()) if first.startswith("#!") else "?"
-
-
-async def measure(
-    scripts: list[Path], api: Api, stream: bool, rounds: int, seconds: float
-) -> tuple[list[list[float]], list[int]]:
-    """CPU µs per request of each `sidecar` script (in order; one may come twice), one value per
-    round, and its failed requests."""
-    request = Request(api, stream, body_bytes(api, stream), HEADERS[api])
-    with tempfile.TemporaryDirectory(prefix="bench-interpreters-") as tmp:
-        workdir = Path(tmp)
-        services = Services(workdir)
-        try:
-            mock = start_mock(services)
-            cars = [
-                start_sidecar(services, f"sidecar{i}", mock.url, workdir, "builtin", command=[str(script)])
-                for i, script in enumerate(scripts)
-            ]
-            await asyncio.gather(mock.wait_ready(), *(car.wait_ready() for car in cars))
-            cpu: list[list[float]] = [[] for _ in scripts]
-            errors = [0 for _ in scripts]
-            for _ in range(rounds):
-                for i, car in enumerate(cars):
-                    url = car.url + api.value
-                    series = await closed_loop(url, request, CONCURRENCY, 10**9, seconds, 2 * CONCURRENCY, car.cpu)
-                    cpu[i].append(series.cpu_us_per_request)
-                    errors[i] += series.errors
-            return cpu, errors
-        finally:
-            services.stop_all()
 
 
 def main() -> None:
@@ -76,15 +44,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per sidecar and round")
     args = parser.parse_args()
     api = Api[args.api.upper()]
-    cpu, errors = asyncio.run(measure(args.sidecars, api, args.stream, args.rounds, args.seconds))
-    first = statistics.median(cpu[0])
+    commands = [[str(script)] for script in args.sidecars]
+    measured = asyncio.run(
+        alternated(commands, api, args.stream, args.rounds, args.seconds, CONCURRENCY, prefix="bench-interpreters-")
+    )
+    first = statistics.median(measured[0].cpu_us)
     print(f"{api.name.title()} {'streamed' if args.stream else 'whole'}, c={CONCURRENCY}, CPU µs per request")
-    for script, rounds, failures in zip(args.sidecars, cpu, errors, strict=True):
-        median = statistics.median(rounds)
-        failed = f"  {failures} failed requests" if failures else ""
+    for script, runs in zip(args.sidecars, measured, strict=True):
+        median = statistics.median(runs.cpu_us)
+        failed = f"  {runs.errors} failed requests" if runs.errors else ""
         print(
             f"{median:7.0f}  {100 * (median - first) / first:+6.1f}%  {interpreter_of(script)}"
-            f"  (rounds: {', '.join(f'{x:.0f}' for x in rounds)}){failed}"
+            f"  (rounds: {', '.join(f'{x:.0f}' for x in runs.cpu_us)}){failed}"
         )
 
 
