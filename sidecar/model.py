@@ -16,6 +16,8 @@ from typing import Any, Generic, NamedTuple, NoReturn, Protocol, TypeVar
 
 import orjson
 
+from sidecar.memo import ShortMemo
+
 
 class Provider(StrEnum):
     ANTHROPIC = "anthropic"
@@ -154,8 +156,8 @@ class ToolDeclaration:
 
 # Plain-serialisation digest -> canonical hash. Keys are 32-byte digests, so the memory is
 # bounded by the count whatever the schemas' sizes.
-_SCHEMA_HASHES: dict[bytes, str] = {}
 _SCHEMA_HASHES_MAX = 4096
+_SCHEMA_HASHES: ShortMemo[bytes, str] = ShortMemo(_SCHEMA_HASHES_MAX, 32)
 
 
 def schema_hash_and_size(schema: dict[str, Any]) -> tuple[str, int]:
@@ -165,9 +167,7 @@ def schema_hash_and_size(schema: dict[str, Any]) -> tuple[str, int]:
     key = hashlib.blake2b(raw, digest_size=32).digest()
     cached = _SCHEMA_HASHES.get(key)
     if cached is None:
-        if len(_SCHEMA_HASHES) >= _SCHEMA_HASHES_MAX:
-            _SCHEMA_HASHES.clear()
-        cached = _SCHEMA_HASHES[key] = sha256_hex(canonical_json(schema))
+        cached = _SCHEMA_HASHES.keep(key, sha256_hex(canonical_json(schema)), len(key))
     return cached, len(raw)
 
 

@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sidecar"
 
 # Each part may import only from these (besides itself and sidecar/__init__'s version).
 ALLOWED: dict[str, set[str]] = {
-    "model": set(),
+    "memo": set(),
+    "model": {"memo"},
     "timefmt": set(),
     "identity": {"model"},
     "dialects": {"model"},
@@ -21,8 +22,8 @@ ALLOWED: dict[str, set[str]] = {
     "inspection": {"model"},
     "config": {"telemetry"},  # the redactor, for secrets in configuration errors
     "lockdown": {"config", "model"},
-    "state": {"config", "model", "telemetry"},  # the redactor, for backend errors quoting URLs
-    "telemetry": {"cli_output", "config", "lockdown", "model", "timefmt"},
+    "state": {"config", "memo", "model", "telemetry"},  # the redactor, for backend errors quoting URLs
+    "telemetry": {"cli_output", "config", "lockdown", "memo", "model", "timefmt"},
     "policy": {"config", "inspection", "model", "telemetry"},  # inspection: `check` compiles the markers
     "approvals": {"config", "state", "telemetry", "timefmt"},
     "exchange": {"config", "dialects", "model", "telemetry"},  # the redactor, for upstream error bodies

@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 from urllib.parse import unquote
 
 from yarl import URL
 
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Dialect
+from sidecar.memo import ShortMemo
 from sidecar.model import Provider
 from sidecar.proxy.coverage import Handling, PathClass, Rule, rule_for
 
@@ -99,15 +99,14 @@ def _names_anthropic(headers: Mapping[str, str]) -> bool:
     return any(name.lower() in _ANTHROPIC_HEADERS for name in headers)
 
 
-K = TypeVar("K")
-V = TypeVar("V")
-
 # What a (method, raw path) resolves to, remembered: an agent sends the same few paths all the
 # time, and the decoding and the table walk cost 5 us warm (more between two requests' work).
 # Bounded: paths up to _REMEMBERED_PATH characters, _REMEMBERED entries (then forgotten at once).
 _REMEMBERED = 1024
 _REMEMBERED_PATH = 256
-_routes: dict[tuple[str, str], tuple[Provider | None, str, Dialect | None, Rule]] = {}
+_routes: ShortMemo[tuple[str, str], tuple[Provider | None, str, Dialect | None, Rule]] = ShortMemo(
+    _REMEMBERED, _REMEMBERED_PATH
+)
 
 
 def resolve(method: str, raw_path: str, headers: Mapping[str, str]) -> Route:
@@ -119,8 +118,7 @@ def resolve(method: str, raw_path: str, headers: Mapping[str, str]) -> Route:
     key = (method, raw_path)
     found = _routes.get(key)
     if found is None:
-        found = _route_of(method, raw_path)
-        _remember(_routes, key, found, len(raw_path))
+        found = _routes.keep(key, _route_of(method, raw_path), len(raw_path))
     chosen, path, dialect, rule = found
     if chosen is None:
         chosen = rule.provider or (Provider.ANTHROPIC if _names_anthropic(headers) else Provider.OPENAI)
@@ -141,17 +139,8 @@ def _route_of(method: str, raw_path: str) -> tuple[Provider | None, str, Dialect
     return chosen, path, dialect, rule
 
 
-def _remember(table: dict[K, V], key: K, value: V, length: int) -> None:
-    """Keep `value` under `key` when the request's text it stands for is short enough
-    (`length`); a full table is forgotten at once."""
-    if length <= _REMEMBERED_PATH:
-        if len(table) >= _REMEMBERED:
-            table.clear()
-        table[key] = value
-
-
 # Upstream URLs, remembered like routes (building one took 17 k instructions per request).
-_urls: dict[tuple[URL, str, str], URL] = {}
+_urls: ShortMemo[tuple[URL, str, str], URL] = ShortMemo(_REMEMBERED, _REMEMBERED_PATH)
 
 
 def upstream_url(base: URL, path: str, raw_query: str) -> URL:
@@ -162,8 +151,7 @@ def upstream_url(base: URL, path: str, raw_query: str) -> URL:
     key = (base, path, raw_query)
     found = _urls.get(key)
     if found is None:
-        found = _upstream_url(base, path, raw_query)
-        _remember(_urls, key, found, len(path) + len(raw_query))
+        found = _urls.keep(key, _upstream_url(base, path, raw_query), len(path) + len(raw_query))
     return found
 
 

@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
+from sidecar.memo import ShortMemo
 from sidecar.state.base import (
     Approval,
     CallFacts,
@@ -62,7 +63,7 @@ _DIGEST_MARK, _TEXT_MARK = bytes((_DIGEST,)), bytes((_TEXT,))
 # most about 1,024 x 0.5 KB.
 _FIELDS_MAX = 1024
 _FIELD_TEXT_MAX = 128
-_fields: dict[str, bytes] = {}
+_fields: ShortMemo[str, bytes] = ShortMemo(_FIELDS_MAX, _FIELD_TEXT_MAX)
 
 
 def _field(text: str) -> bytes:
@@ -71,11 +72,7 @@ def _field(text: str) -> bytes:
     prefix-free, so `record.startswith(field, offset)` is an exact comparison."""
     made = _fields.get(text)
     if made is None:
-        made = _make_field(text)
-        if len(text) <= _FIELD_TEXT_MAX:
-            if len(_fields) >= _FIELDS_MAX:
-                _fields.clear()
-            _fields[text] = made
+        made = _fields.keep(text, _make_field(text), len(text))
     return made
 
 

@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sidecar.memo import ShortMemo
+
 REDACTED = "[REDACTED]"
 
 # Same list as RejectionLogSettings.redact_keys' default, for callers without settings.
@@ -59,7 +61,7 @@ _KEY_VALUE_RE = re.compile(
 # redacted form is remembered, bounded by count and length (at most ~1 MiB of text).
 _SHORT = 256
 _SHORT_MAX = 4096
-_short_texts: dict[str, str] = {}
+_short_texts: ShortMemo[str, str] = ShortMemo(_SHORT_MAX, _SHORT)
 
 
 def redact_text(text: str) -> str:
@@ -70,9 +72,7 @@ def redact_text(text: str) -> str:
         return _redact_text(text)
     done = _short_texts.get(text)
     if done is None:
-        if len(_short_texts) >= _SHORT_MAX:
-            _short_texts.clear()
-        done = _short_texts[text] = _redact_text(text)
+        done = _short_texts.keep(text, _redact_text(text), len(text))
     return done
 
 
@@ -96,7 +96,7 @@ class KeyMatcher:
     def __init__(self, patterns: Iterable[str]) -> None:
         self._patterns = tuple(p for p in (_norm_key(x) for x in patterns) if p)
         # key -> (the key as written out, whether it names a credential)
-        self._answers: dict[str, tuple[str, bool]] = {}
+        self._answers: ShortMemo[str, tuple[str, bool]] = ShortMemo(self.MAX_REMEMBERED, _SHORT)
 
     def __call__(self, key: str) -> bool:
         return self.plan(key)[1]
@@ -109,11 +109,7 @@ class KeyMatcher:
         answer = self._answers.get(key)
         if answer is None:
             norm = _norm_key(key)
-            answer = (redact_text(key), any(p in norm for p in self._patterns))
-            if len(key) <= _SHORT:
-                if len(self._answers) >= self.MAX_REMEMBERED:
-                    self._answers.clear()
-                self._answers[key] = answer
+            answer = self._answers.keep(key, (redact_text(key), any(p in norm for p in self._patterns)), len(key))
         return answer
 
 

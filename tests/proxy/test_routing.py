@@ -6,6 +6,7 @@ import pytest
 from yarl import URL
 
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
+from sidecar.memo import ShortMemo
 from sidecar.model import Provider
 from sidecar.proxy.routing import canonical_path, resolve, upstream_url
 
@@ -140,7 +141,7 @@ def test_a_remembered_route_is_the_route_and_memory_stays_bounded(monkeypatch: p
     answer is what resolving afresh gives; the memory holds a bounded number of short paths."""
     from sidecar.proxy import routing
 
-    monkeypatch.setattr(routing, "_routes", {})
+    monkeypatch.setattr(routing, "_routes", ShortMemo(routing._REMEMBERED, routing._REMEMBERED_PATH))
     cases = [
         ("GET", "/v1/models", ANTHROPIC_SDK),
         ("GET", "/v1/models", NO_HEADERS),  # same path, other headers: the headers still decide
@@ -166,7 +167,7 @@ def test_a_remembered_upstream_url_is_the_url_and_memory_stays_bounded(monkeypat
     building afresh gives, and each base, path and query keeps its own."""
     from sidecar.proxy import routing
 
-    monkeypatch.setattr(routing, "_urls", {})
+    monkeypatch.setattr(routing, "_urls", ShortMemo(routing._REMEMBERED, routing._REMEMBERED_PATH))
     cases = [
         (BASE, "/v1/messages", ""),
         (PREFIXED, "/v1/messages", ""),
