@@ -28,11 +28,15 @@ Python proxy.
 Run: .venv/bin/python bench/bench_instructions.py [--requests 200] [--concurrency 8]
      [--scenarios anthropic_whole,anthropic_streamed,chat_whole,chat_streamed]
      [--targets sidecar,forwarder]
-     [--sidecar-path DIR]
+     [--sidecar-path DIR] [--without call_policy,replay,...]
 
 `--sidecar-path DIR` runs the sidecar package found in DIR (a `git worktree` of another
 commit: `git worktree add /tmp/base HEAD~1`) instead of this checkout's, for a before/after
 comparison in one run: the target is then named `sidecar@DIR`.
+
+`--without PART[,PART...]` also counts, per part, the sidecar with that part of the request
+path taken away (bench_ablation.py's parts, `proxybench/ablated.py`), and prints what each
+part costs a request in instructions: bench_ablation.py's table without its timing noise.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from proxybench.ablated import ABLATIONS
 from proxybench.bodies import HEADERS, body_bytes
 from proxybench.load import Request, closed_loop
 from proxybench.procs import Service, Services
@@ -85,22 +90,39 @@ async def _control(*args: str) -> None:
         raise RuntimeError(f"callgrind_control {' '.join(args)} failed: {output.decode(errors='replace')}")
 
 
-def _start(services: Services, target: str, mock: Service, workdir: Path, out: Path, path: Path | None) -> Service:
+def _start(
+    services: Services, target: str, mock: Service, workdir: Path, out: Path, path: Path | None, without: str | None
+) -> Service:
     prefix = _valgrind(out)
     if target == FORWARDER:
         service = services.bench_server(target, "forwarder", "--upstream", mock.url, prefix=prefix)
         service.ready_url = f"{service.url}/stats"  # answered by the mock, through the forwarder
         return service
-    command = [*prefix, *sidecar_command()]
-    if path is not None:  # another checkout's package first on the path (see the module docstring)
-        command = [*prefix, sys.executable, "-c", _FROM_PATH.format(path=str(path))]
+    command = [*prefix, *sidecar_argv(path, without)]
     return start_sidecar(services, target, mock.url, workdir, "builtin", command=command)
 
 
+def sidecar_argv(path: Path | None, without: str | None) -> list[str]:
+    """What runs the sidecar: this checkout's, the one in `path` (first on the path, see the
+    module docstring), or this checkout's with the part `without` taken away."""
+    if path is not None:
+        return [sys.executable, "-c", _FROM_PATH.format(path=str(path))]
+    if without is not None:
+        return [sys.executable, "-m", "proxybench.ablated", "--without", without]
+    return sidecar_command()
+
+
 async def count(
-    target: str, scenario: Scenario, requests: int, concurrency: int, path: Path | None = None, warmup: int = WARMUP
+    target: str,
+    scenario: Scenario,
+    requests: int,
+    concurrency: int,
+    path: Path | None = None,
+    warmup: int = WARMUP,
+    without: str | None = None,
 ) -> float:
-    """Instructions per request of one target in one scenario (see the module docstring)."""
+    """Instructions per request of one target in one scenario (see the module docstring);
+    `without` names a part of the sidecar's request path to take away (`proxybench.ablated`)."""
     request = Request(scenario.api, scenario.stream, body_bytes(scenario.api, scenario.stream), HEADERS[scenario.api])
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
         workdir = Path(tmp)
@@ -108,7 +130,7 @@ async def count(
         services = Services(workdir)
         try:
             mock = start_mock(services)
-            service = _start(services, target, mock, workdir, out, path)
+            service = _start(services, target, mock, workdir, out, path, without)
             await asyncio.gather(mock.wait_ready(), service.wait_ready(timeout_s=300))
             url = service.url + scenario.api.value
             await closed_loop(url, request, concurrency, warmup, 600, 0, lambda: 0.0)
@@ -148,6 +170,16 @@ def report(rows: dict[str, dict[str, float]], targets: list[str]) -> str:
     return "\n".join(lines)
 
 
+def parts_report(without: dict[str, float], full: float) -> str:
+    """What each part taken away saves a request, in instructions and as a share of the full
+    sidecar's count (`without`: the count with each part taken away, by part)."""
+    lines = [f"{'part taken away':<16}{'saves (M)':>10}{'of full':>9}  what it is"]
+    for name, counted in sorted(without.items(), key=lambda item: item[1]):
+        saves = full - counted
+        lines.append(f"{name:<16}{saves / 1e6:10.3f}{100 * saves / full:8.1f}%  {ABLATIONS[name].what}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=200, help="counted requests per target and scenario")
@@ -155,6 +187,9 @@ def main() -> None:
     parser.add_argument("--scenarios", default=",".join(BY_KEY), help=f"comma-separated: {', '.join(BY_KEY)}")
     parser.add_argument("--targets", default=f"{SIDECAR},{FORWARDER}", help="comma-separated: sidecar, forwarder")
     parser.add_argument("--sidecar-path", type=Path, help="also count the sidecar package in this directory")
+    parser.add_argument(
+        "--without", default="", help=f"comma-separated parts to count without, each alone: {', '.join(ABLATIONS)}"
+    )
     args = parser.parse_args()
     if unknown_scenarios := [name for name in args.scenarios.split(",") if name and name not in BY_KEY]:
         parser.error(f"unknown scenario(s): {', '.join(unknown_scenarios)}")
@@ -165,15 +200,30 @@ def main() -> None:
     paths: dict[str, Path | None] = {t: None for t in targets}
     if args.sidecar_path is not None:
         paths[f"{SIDECAR}@{args.sidecar_path}"] = args.sidecar_path.resolve()
+    parts = [name for name in args.without.split(",") if name]
+    if unknown_parts := [name for name in parts if name not in ABLATIONS]:
+        parser.error(f"unknown part(s): {', '.join(unknown_parts)}; known: {', '.join(ABLATIONS)}")
+    if parts and SIDECAR not in targets:
+        parser.error("--without compares with the full sidecar: keep `sidecar` in --targets")
     started = time.monotonic()
     rows: dict[str, dict[str, float]] = {}
+    taken_away: dict[str, dict[str, float]] = {}
     for scenario in scenarios:
-        rows[scenario.key] = {}
+        rows[scenario.key], taken_away[scenario.key] = {}, {}
         for target, path in paths.items():
             kind = FORWARDER if target == FORWARDER else SIDECAR
             print(f"counting {target}, {scenario.key} ...", file=sys.stderr, flush=True)
             rows[scenario.key][target] = asyncio.run(count(kind, scenario, args.requests, args.concurrency, path))
+        for name in parts:
+            print(f"counting {SIDECAR} without {name}, {scenario.key} ...", file=sys.stderr, flush=True)
+            taken_away[scenario.key][name] = asyncio.run(
+                count(SIDECAR, scenario, args.requests, args.concurrency, without=name)
+            )
     print(report(rows, list(paths)))
+    for key, without in taken_away.items():
+        if without:
+            print(f"\n{key}: instructions per request each part costs (the full sidecar without it)")
+            print(parts_report(without, rows[key][SIDECAR]))
     print(f"\n({time.monotonic() - started:.0f} s; {args.requests} requests per count at c={args.concurrency})")
 
 

@@ -44,7 +44,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per sidecar and round")
     args = parser.parse_args()
     api = Api[args.api.upper()]
-    commands = [[str(script)] for script in args.sidecars]
+    missing = [str(script) for script in args.sidecars if not script.is_file()]
+    if missing:
+        parser.error(f"no such sidecar script: {', '.join(missing)}")
+    # Absolute: the sidecars are started in a working directory of their own.
+    commands = [[str(script.resolve())] for script in args.sidecars]
     measured = asyncio.run(
         alternated(commands, api, args.stream, args.rounds, args.seconds, CONCURRENCY, prefix="bench-interpreters-")
     )

@@ -12,7 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from bench_instructions import BY_KEY, FORWARDER, SIDECAR, callgrind_total, count, report
+from bench_instructions import BY_KEY, FORWARDER, SIDECAR, callgrind_total, count, parts_report, report, sidecar_argv
+from proxybench.targets import sidecar_command
 
 CALLGRIND = """# callgrind format
 version: 1
@@ -50,3 +51,18 @@ def test_a_real_count_of_the_sidecar() -> None:
     runs millions of instructions (Python, aiohttp, orjson, regorus), not thousands or billions."""
     per_request = asyncio.run(count(SIDECAR, BY_KEY["anthropic_whole"], requests=20, concurrency=4, warmup=10))
     assert 1e6 < per_request < 1e8
+
+
+def test_each_part_is_counted_with_its_hooks_taken_away() -> None:
+    argv = sidecar_argv(None, "cost")
+    assert argv[1:] == ["-m", "proxybench.ablated", "--without", "cost"]
+    assert sidecar_argv(None, None) == sidecar_command()
+    assert "sys.path.insert(0, '/tmp/base')" in sidecar_argv(Path("/tmp/base"), None)[-1]
+
+
+def test_the_parts_report_gives_what_each_part_saves() -> None:
+    text = parts_report({"cost": 3_338_000.0, "call_policy": 2_965_000.0}, full=3_758_000.0)
+    lines = text.splitlines()
+    assert lines[1].startswith("call_policy") and "0.793" in lines[1] and "21.1%" in lines[1]
+    assert lines[2].startswith("cost") and "0.420" in lines[2] and "11.2%" in lines[2]
+    assert "token attribution" in lines[2]
