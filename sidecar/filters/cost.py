@@ -46,12 +46,15 @@ log = logging.getLogger("sidecar.cost")
 
 @dataclass(slots=True)
 class _Prompt:
-    """The agent's request as the input split needs it, and the first reply's per-span tokens."""
+    """The agent's request as the input split needs it: the characters of its spans summed per
+    (tool, new) group, and the first reply's tokens per group.
 
-    tools: list[str | None]
-    sizes: list[int]
-    new: list[bool]
-    size: int
+    A span's input tokens are the reply's input tokens times its share of the request's
+    characters, and the split by direction is linear in them with rates that depend only on
+    whether the span is new: so a group is sized and split once, as the sum of its spans."""
+
+    groups: dict[tuple[str | None, bool], int]
+    whole: int  # the characters the shares are of: the request's, at least the spans' sum
     tokens: list[float] | None = None
 
 
@@ -148,12 +151,12 @@ class CostFilter(Filter):
             return None
         ledger = {r.call_id: r.tool for r in ex.results}
         repeated = {r.call_id for r in ex.results if r.resent}  # the agent sends a request again
-        return _Prompt(
-            tools=span_tools(spans, ledger),
-            sizes=[s.size for s in spans],
-            new=[s.latest and s.call_id not in repeated for s in spans],
-            size=body_characters(ex.body),
-        )
+        groups: defaultdict[tuple[str | None, bool], int] = defaultdict(int)
+        spans_size = 0
+        for tool, span in zip(span_tools(spans, ledger), spans, strict=True):
+            groups[(tool, span.latest and span.call_id not in repeated)] += span.size
+            spans_size += span.size
+        return _Prompt(groups, max(body_characters(ex.body), spans_size, 1))
 
     @staticmethod
     def _output(
@@ -177,17 +180,13 @@ class CostFilter(Filter):
 
     @staticmethod
     def _input(prompt: _Prompt, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]) -> None:
+        groups = prompt.groups
         if prompt.tokens is None:  # the agent's own request
-            prompt.tokens = span_tokens(usage.input, prompt.sizes, prompt.size)
-            new = prompt.new
+            prompt.tokens = span_tokens(usage.input, list(groups.values()), prompt.whole)
+            new = [is_new for _, is_new in groups]
         else:  # a repair round: the agent's request is the history of its prompt
-            new = [False] * len(prompt.sizes)
-        # The split is linear in each span's tokens and its rates depend only on whether the
-        # span is new: spans of one tool and newness are split once, as their sum.
-        groups: defaultdict[tuple[str | None, bool], float] = defaultdict(float)
-        for tool, is_new, tokens in zip(prompt.tools, new, prompt.tokens, strict=True):
-            groups[(tool, is_new)] += tokens
-        split = split_input(usage, list(groups.values()), [is_new for _, is_new in groups])
+            new = [False] * len(groups)
+        split = split_input(usage, prompt.tokens, new)
         for (tool, _), directions in zip(groups, split, strict=True):
             for direction, tokens in directions.items():
                 spent[(tool, direction)] += tokens
