@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,42 +19,11 @@ from pathlib import Path
 
 import aiohttp
 
+from proxybench.ports import free_port
+
 BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO = BENCH_DIR.parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-# Ports handed out are picked below the kernel's ephemeral range (where it leaves room): a port
-# from that range, free when checked, can be taken as the local end of an outgoing connection
-# (the load's, a sidecar's to the mock) before the server it was meant for binds it, and a
-# start then failed now and then with "address in use".
-_LOWEST_PORT = 10_000
-_handed_out: set[int] = set()
-
-
-def _ephemeral_low(default: int = 32_768) -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return default
-
-
-def free_port() -> int:
-    """A loopback port free when asked, not handed out before by this process."""
-    high = _ephemeral_low()
-    for _ in range(200):
-        candidate = random.randrange(_LOWEST_PORT, high) if high > _LOWEST_PORT + 1000 else 0
-        if candidate in _handed_out:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-            port: int = sock.getsockname()[1]
-        _handed_out.add(port)
-        return port
-    raise OSError("no free loopback port found")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -1,11 +1,15 @@
-"""Free loopback ports for servers the tests start."""
+"""Free loopback ports for servers the tests start: the benchmarks' picker
+(bench/proxybench/ports.py), below the kernel's ephemeral range and, in a parallel run, from
+this worker's own slice, so that neither an outgoing connection nor another worker takes a port
+between its check and the server's bind."""
 
 from __future__ import annotations
 
-import socket
+import sys
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from proxybench.ports import free_port
+
+__all__ = ["free_port"]
