@@ -11,8 +11,11 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
+from sidecar.dialects import request_body as _request_body
 from sidecar.dialects.base import MAX_DEPTH, TooDeep, loads
 from sidecar.dialects.request_body import SharedList, edited_shared_lists, request_object
 from sidecar.model import FrozenDict, FrozenList
@@ -193,3 +196,103 @@ def test_server_tools_of_a_shared_list_are_read_once_and_the_rest_per_request() 
     assert ANTHROPIC.server_tools(other) == {f"web_{tag}", "mcp:wiki"}
     # A list that is not shared (built by a filter, or too large to keep) is read each time.
     assert ANTHROPIC.server_tools({"tools": list(tools)}) == {f"web_{tag}"}
+
+
+# --- the spliced read (`_spliced`): a known tool list is not parsed again -----------------
+
+SPLICE_TOOLS = _tools("splice-" + uuid.uuid4().hex)
+SPLICE_RAW = orjson.dumps(SPLICE_TOOLS)
+OTHER_RAW = orjson.dumps(_tools("other-" + uuid.uuid4().hex))
+VALUES = st.sampled_from(
+    [
+        SPLICE_RAW,
+        SPLICE_RAW + b" ",
+        OTHER_RAW,
+        b'{"tools": ' + SPLICE_RAW + b"}",  # the list nested, not the top-level one
+        b'{"tools":' + SPLICE_RAW + b', "x": 1}',
+        orjson.dumps(SPLICE_RAW.decode()),  # the list's text inside a string
+        orjson.dumps(_request_body._PLACEHOLDER_TEXT),  # the placeholder itself
+        b'"\\u0000sidecar-shared-tool-list-0"',
+        b"1e400",
+        b"NaN",
+        b"[1,]",
+        b'"m"',
+        b"[]",
+        b"null",
+    ]
+)
+KEYS = st.sampled_from(["tools", "model", "metadata", "messages", "tool", "tools "])
+SPACE = st.sampled_from(["", " ", "\n\t", "  "])
+
+
+@st.composite
+def spliceable_bodies(draw: st.DrawFn) -> bytes:
+    members = draw(st.lists(st.tuples(KEYS, SPACE, SPACE, VALUES), max_size=5))
+    text = b",".join(f'"{key}"{a}:{b}'.encode() + value for key, a, b, value in members)
+    return (
+        draw(st.sampled_from([b"", b" ", b"\xef\xbb\xbf"]))
+        + b"{"
+        + text
+        + b"}"
+        + draw(st.sampled_from([b"", b"\n", b" x"]))
+    )
+
+
+def _read_the_old_way(body: bytes) -> Any:
+    try:
+        value = loads(body)
+    except TooDeep:
+        raise
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@settings(max_examples=400, deadline=None)
+@given(spliceable_bodies())
+def test_a_spliced_body_reads_as_loads_reads_it(body: bytes) -> None:
+    """Whatever surrounds a shared tool list (the same list nested, in a string, twice, next to
+    the placeholder, invalid JSON, numbers only the stdlib reads), the value is `loads`'s."""
+    request_object(_body(SPLICE_TOOLS))  # the list is shared (and spliceable) from here on
+    expected = _read_the_old_way(body)
+    got = request_object(body)
+    assert got == expected
+    if got is not None:
+        assert list(got) == list(expected)
+
+
+def test_a_known_tool_list_is_spliced_not_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = request_object(_body(SPLICE_TOOLS))
+    assert first is not None and _request_body._SHARED.get(SPLICE_RAW) is not None
+
+    class NoSplit:
+        def decode(self, body: bytes) -> Any:
+            raise AssertionError("the split read a body the splice should have read")
+
+    monkeypatch.setattr(_request_body, "_SPLIT", NoSplit())
+    again = request_object(_body(SPLICE_TOOLS, metadata={"user_id": "u"}))
+    assert again is not None and again["tools"] is first["tools"]
+    assert again == loads(_body(SPLICE_TOOLS, metadata={"user_id": "u"}))
+    spaced = _body(SPLICE_TOOLS).replace(b'"tools":', b'"tools": \n ')
+    assert request_object(spaced) == loads(spaced)
+
+
+def test_a_list_orjson_refuses_is_shared_but_never_spliced() -> None:
+    raw = b'[{"name": "n", "limit": 1e400, "tag": "' + uuid.uuid4().hex.encode() + b'"}]'
+    body = b'{"model": "m", "tools": ' + raw + b"}"
+    first, again = _twice(body)
+    assert first == again == loads(body)
+    assert isinstance(again["tools"], SharedList) and not again["tools"].spliceable
+
+
+def test_the_placeholder_where_the_tool_list_belongs_is_read_as_written() -> None:
+    """A body whose top-level `tools` is the placeholder itself, with the shared list nested
+    elsewhere: the splice lands on the nested list, so the placeholder is there twice."""
+    request_object(_body(SPLICE_TOOLS))
+    placeholder = orjson.dumps(_request_body._PLACEHOLDER_TEXT)
+    for body in (
+        b'{"metadata": {"tools": ' + SPLICE_RAW + b'}, "tools": ' + placeholder + b"}",
+        b'{"metadata": {"tools":' + SPLICE_RAW + b'}, "tools": ' + placeholder + b', "model": "m"}',
+    ):
+        got = request_object(body)
+        assert got == loads(body) and got is not None and got["tools"] == _request_body._PLACEHOLDER_TEXT
