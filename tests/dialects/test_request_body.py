@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from sidecar.dialects import ANTHROPIC, OPENAI_CHAT
 from sidecar.dialects import request_body as _request_body
-from sidecar.dialects.base import MAX_DEPTH, TooDeep, loads
+from sidecar.dialects.base import MAX_DEPTH, TooDeep, json_object, loads
 from sidecar.dialects.request_body import SharedList, edited_shared_lists, request_object
 from sidecar.model import FrozenDict, FrozenList
 
@@ -238,23 +238,13 @@ def spliceable_bodies(draw: st.DrawFn) -> bytes:
     )
 
 
-def _read_the_old_way(body: bytes) -> Any:
-    try:
-        value = loads(body)
-    except TooDeep:
-        raise
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 @settings(max_examples=400, deadline=None)
 @given(spliceable_bodies())
 def test_a_spliced_body_reads_as_loads_reads_it(body: bytes) -> None:
     """Whatever surrounds a shared tool list (the same list nested, in a string, twice, next to
     the placeholder, invalid JSON, numbers only the stdlib reads), the value is `loads`'s."""
     request_object(_body(SPLICE_TOOLS))  # the list is shared (and spliceable) from here on
-    expected = _read_the_old_way(body)
+    expected = json_object(body)  # what the body was read with before the shared lists
     got = request_object(body)
     assert got == expected
     if got is not None:
