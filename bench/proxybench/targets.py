@@ -22,7 +22,8 @@ from pathlib import Path
 import orjson
 
 from proxybench.bodies import READ_ONLY_TOOLS
-from proxybench.procs import Service, Services, free_port
+from proxybench.ports import free_port
+from proxybench.procs import Service, Services
 
 
 def sidecar_command() -> list[str]:

@@ -84,7 +84,9 @@ def read_once(value: Any, key: Hashable, read: Callable[[Any], T]) -> T:
     return known[key]  # type: ignore[no-any-return]
 
 
-# The bytes of a shared list that `_spliced` compares first, to find the candidates quickly.
+# The bytes of a shared list that `_spliced` compares first, to find the candidates quickly. A
+# list shorter than this is never found that way (the body's bytes after it differ): it is read
+# with the split, as before, and costs little to read.
 _HEAD_BYTES: Final = 64
 _CANDIDATES_PER_HEAD: Final = 4
 

@@ -54,7 +54,7 @@ class _Prompt:
     whether the span is new: so a group is sized and split once, as the sum of its spans."""
 
     groups: dict[tuple[str | None, bool], int]
-    whole: int  # the characters the shares are of: the request's, at least the spans' sum
+    size: int  # the request's characters (`span_tokens` shares out at least the spans' sum)
     tokens: list[float] | None = None
 
 
@@ -152,11 +152,9 @@ class CostFilter(Filter):
         ledger = {r.call_id: r.tool for r in ex.results}
         repeated = {r.call_id for r in ex.results if r.resent}  # the agent sends a request again
         groups: defaultdict[tuple[str | None, bool], int] = defaultdict(int)
-        spans_size = 0
         for tool, span in zip(span_tools(spans, ledger), spans, strict=True):
             groups[(tool, span.latest and span.call_id not in repeated)] += span.size
-            spans_size += span.size
-        return _Prompt(groups, max(body_characters(ex.body), spans_size, 1))
+        return _Prompt(groups, body_characters(ex.body))
 
     @staticmethod
     def _output(
@@ -182,7 +180,7 @@ class CostFilter(Filter):
     def _input(prompt: _Prompt, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]) -> None:
         groups = prompt.groups
         if prompt.tokens is None:  # the agent's own request
-            prompt.tokens = span_tokens(usage.input, list(groups.values()), prompt.whole)
+            prompt.tokens = span_tokens(usage.input, list(groups.values()), prompt.size)
             new = [is_new for _, is_new in groups]
         else:  # a repair round: the agent's request is the history of its prompt
             new = [False] * len(groups)

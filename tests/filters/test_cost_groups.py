@@ -44,7 +44,7 @@ def grouped(listed: list[tuple[str | None, int, bool]], request: int, replies: l
     groups: defaultdict[tuple[str | None, bool], int] = defaultdict(int)
     for tool, size, is_new in listed:
         groups[(tool, is_new)] += size
-    prompt = _Prompt(dict(groups), max(request, sum(size for _, size, _ in listed), 1))
+    prompt = _Prompt(dict(groups), request)
     out = []
     for usage in replies:
         spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
