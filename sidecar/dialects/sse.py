@@ -7,14 +7,18 @@ records each event's raw framing (CR, LF or CRLF line ends, padding, comments) u
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from itertools import starmap
+from operator import itemgetter
 from typing import Any
 
+import msgspec
 import orjson
 
 
-@dataclass(slots=True)
-class SSEEvent:
+class SSEEvent(msgspec.Struct):
+    """One event: its bytes as they arrived, its name and its data. A msgspec Struct, not a
+    dataclass: a stream makes one per event, and a Struct is built in C (no Python `__init__`)."""
+
     raw: bytes
     event: str | None
     data: str
@@ -53,9 +57,12 @@ _NAMES: dict[bytes, str] = {}
 _MAX_NAMES = 256
 
 
+_BLOCK = itemgetter(0)
+
+
 def _provider_event(block: bytes, head: bytes, name: bytes, data: bytes) -> SSEEvent:
     """One event `_PROVIDER_EVENT` matched (its groups)."""
-    return SSEEvent(block, _name(name) if head else None, data.decode("utf-8", "replace"))
+    return SSEEvent(block, (_NAMES.get(name) or _name(name)) if head else None, data.decode("utf-8", "replace"))
 
 
 def _name(raw: bytes) -> str:
@@ -217,10 +224,11 @@ class SSEParser:
         if cut < 2:
             return 0
         found = _PROVIDER_EVENT.findall(buffer, 0, cut)
-        if sum(len(block) for block, _, _, _ in found) != cut:
+        # Per event in C (`map`, `starmap`): a stream has many small events.
+        if sum(map(len, map(_BLOCK, found))) != cut:
             self._irregular = True
             return 0
-        events.extend(_provider_event(*groups) for groups in found)
+        events.extend(starmap(_provider_event, found))
         return cut
 
     def flush(self) -> list[SSEEvent]:
