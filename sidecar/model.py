@@ -290,6 +290,20 @@ class ToolCall:
     repairable: bool = True
     _canonical: bytes | None = field(default=None, repr=False, compare=False)
     _args_digest: str | None = field(default=None, repr=False, compare=False)
+    # The `arguments` object that `read_by_orjson` vouched for (an identity, not a copy).
+    _finite: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def read_by_orjson(self) -> None:
+        """Vouch that orjson read the current arguments, so no float in them is NaN or
+        infinite (orjson refuses them; only the stdlib fallback reads them, `read_json`).
+        The lockdown then skips its walk for such numbers. The promise holds for this object
+        only: arguments set afterwards are walked again."""
+        self._finite = self.arguments
+
+    @property
+    def finite_arguments(self) -> bool:
+        """Whether the arguments are vouched free of NaN and infinities (`read_by_orjson`)."""
+        return self._finite is not None and self._finite is self.arguments
 
     @property
     def canonical_arguments(self) -> bytes:

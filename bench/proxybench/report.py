@@ -271,7 +271,8 @@ def text(report: dict[str, Any]) -> str:
         )
     lines.append(
         "  paced: the worst per-event median added latency of the text events (after the response head, before "
-        "the first call); policy and validation: bench_policy.py's and bench_validation.py's loops"
+        "the first call); policy and validation: bench_policy.py's and bench_validation.py's loops (validation: "
+        "a call whose arguments orjson read, as from every reply orjson reads wholly)"
     )
     for p in report.get("components", {}).get("paced", []):
         lines.append(f"  {p['line']}")

@@ -65,6 +65,14 @@ def loads(data: bytes | str) -> Any:
     64 bits into floats (as orjson reads them) and lone surrogates into U+FFFD. Raises
     ValueError for what is not JSON, TooDeep for nesting beyond MAX_DEPTH.
     """
+    return read_json(data)[0]
+
+
+def read_json(data: bytes | str) -> tuple[Any, bool]:
+    """`loads`, and whether orjson read the text (True) or the stdlib fallback did (False).
+
+    Only the fallback reads `NaN`, `Infinity` or a number too large for a double (`1e400`):
+    no float of a value orjson read is NaN or infinite (see `ToolCall.read_by_orjson`)."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -72,20 +80,25 @@ def loads(data: bytes | str) -> Any:
             value = json.loads(data, parse_int=_int)
         except RecursionError as exc:
             raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
-        return _writable(value, 0)
+        return _writable(value, 0), False
     check_depth(data, value)
-    return value
+    return value, True
 
 
 def json_object(body: bytes) -> dict[str, Any] | None:
     """The body as a JSON object; None for anything else. Raises TooDeep (see `loads`)."""
+    return read_json_object(body)[0]
+
+
+def read_json_object(body: bytes) -> tuple[dict[str, Any] | None, bool]:
+    """`json_object`, and whether orjson read the body (`read_json`)."""
     try:
-        value = loads(body)
+        value, by_orjson = read_json(body)
     except TooDeep:
         raise
     except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+        return None, False
+    return (value, by_orjson) if isinstance(value, dict) else (None, False)
 
 
 def check_depth(data: bytes | str, value: Any) -> None:
@@ -196,6 +209,9 @@ class StreamAssembler(ABC):
         self.removed_calls = 0
         # Framing the sidecar cannot read the way the SDK would: the reply is refused.
         self.violation: str | None = None
+        # Every event's data was read by orjson (`read_json`): no float in the reply's calls
+        # is NaN or infinite (their argument texts are read by orjson alone, `parse_arguments`).
+        self.read_by_orjson = True
         # Strings that grow by one delta per event (text, thinking, arguments): their pieces,
         # joined once when the reply is read (`grow`).
         self._growing: dict[tuple[int, str], tuple[dict[str, Any], list[str]]] = {}
@@ -228,10 +244,12 @@ class StreamAssembler(ABC):
             except orjson.JSONDecodeError:
                 pass  # `loads` tries the stdlib too
         try:
-            return loads(data)
+            value, by_orjson = read_json(data)
         except ValueError:
             self.refuse("an event whose data the sidecar cannot read as JSON")
             return None
+        self.read_by_orjson = self.read_by_orjson and by_orjson
+        return value
 
     def refuse(self, why: str) -> None:
         """The stream is framed in a way an SDK could read otherwise than the sidecar (a reused

@@ -28,7 +28,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from sidecar.config import Settings
-from sidecar.dialects.base import MAX_DEPTH, StreamAssembler, TooDeep, json_object
+from sidecar.dialects.base import MAX_DEPTH, StreamAssembler, TooDeep, json_object, read_json_object
 from sidecar.dialects.sse import SSEParser, format_event
 from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
 from sidecar.exchange.filters import FilterChain, FilterFailed
@@ -179,6 +179,16 @@ def _already_sent(ex: Exchange, event: Frame) -> bool:
     return number is not None and number <= ex.resume_after
 
 
+def _vouched(reply: Reply, by_orjson: bool) -> Reply:
+    """The reply, its calls' arguments vouched free of NaN and infinities when orjson read all
+    of it (`ToolCall.read_by_orjson`): the lockdown's walk for them is then skipped. Argument
+    texts are read by orjson alone (`parse_arguments`); the rest comes from the reply."""
+    if by_orjson:
+        for call in reply.calls:
+            call.read_by_orjson()
+    return reply
+
+
 def _utf8(data: bytes) -> bool:
     if data.isascii():  # most events: checked without decoding
         return True
@@ -275,12 +285,13 @@ class ExchangeRunner:
                     end.stream = False
                     raw = await self._timed(ex, self._read_bounded(answer))
                     await self.chain.upstream(ex, answer.status, ex.upstream_seconds)
-                    parsed = self._model_reply(ex, answer.status, content_type, raw)
-                    if parsed is None:  # an error or a body that carries no reply: as it came
+                    read = self._model_reply(ex, answer.status, content_type, raw)
+                    if read is None:  # an error or a body that carries no reply: as it came
                         await agent.respond(answer.status, raw, answer)
                         end.finish(answer.status)
                         return
-                    reply = ex.model_dialect.read_reply(parsed)
+                    parsed, by_orjson = read
+                    reply = _vouched(ex.model_dialect.read_reply(parsed), by_orjson)
                     held = _Held(reply, reply.first_call_position)
                     delivery: _Delivery = _WholeDelivery(agent, answer, raw)
         except UpstreamError:
@@ -328,10 +339,13 @@ class ExchangeRunner:
 
     # -- reading replies -------------------------------------------------------------------
 
-    def _model_reply(self, ex: Exchange, status: int, content_type: str, raw: bytes) -> dict[str, Any] | None:
-        """The reply body to check; None for an error answer (passed as it came). A success the
-        sidecar cannot read the way an SDK would (another 2xx, another content type, bytes
-        that are not UTF-8 JSON) is refused: SDKs parse such bodies anyway."""
+    def _model_reply(
+        self, ex: Exchange, status: int, content_type: str, raw: bytes
+    ) -> tuple[dict[str, Any], bool] | None:
+        """The reply body to check, and whether orjson read it (`read_json`); None for an error
+        answer (passed as it came). A success the sidecar cannot read the way an SDK would
+        (another 2xx, another content type, bytes that are not UTF-8 JSON) is refused: SDKs
+        parse such bodies anyway."""
         if not 200 <= status < 300:
             return None
         if status != 200:
@@ -344,12 +358,12 @@ class ExchangeRunner:
         if not _utf8(raw):
             raise Refused(502, RefusalReason.ENCODING, "the upstream reply is not valid UTF-8")
         try:
-            parsed = json_object(raw)
+            parsed, by_orjson = read_json_object(raw)
         except TooDeep:
             raise Refused(502, RefusalReason.DEPTH, f"upstream reply nests deeper than {MAX_DEPTH} levels") from None
         if parsed is None:
             raise Refused(502, RefusalReason.FRAMING, "the upstream reply is not a JSON object")
-        return parsed
+        return parsed, by_orjson
 
     async def _read_bounded(self, answer: UpstreamAnswer) -> bytes:
         return await read_bounded(answer, self.settings.limits.max_reply_bytes)
@@ -404,7 +418,7 @@ class ExchangeRunner:
             exc.message = f"the upstream stream ended early: {exc.message}"
             raise
         await self.chain.upstream(ex, 200, ex.upstream_seconds)
-        return _Held(assembler.reply(), assembler.cut, assembler)
+        return _Held(_vouched(assembler.reply(), assembler.read_by_orjson), assembler.cut, assembler)
 
     # -- repair rounds ---------------------------------------------------------------------
 

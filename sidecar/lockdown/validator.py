@@ -633,11 +633,14 @@ class Lockdown:
             )
             verdict.retryable = False
             return verdict
-        if validator.is_valid(args) and not _has_nonfinite(args):
+        # Read by orjson: no NaN or infinity to look for (`ToolCall.read_by_orjson`); nor in
+        # the same arguments without their nulls below.
+        finite = call.finite_arguments
+        if validator.is_valid(args) and (finite or not _has_nonfinite(args)):
             return Verdict.allow()
         if not settings.reject_null_for_non_nullable:
             args = _without_nulls(args)
-            if validator.is_valid(args) and not _has_nonfinite(args):
+            if validator.is_valid(args) and (finite or not _has_nonfinite(args)):
                 return Verdict.allow()
         errors = entry.field_errors(args)
         if not errors:  # cannot happen, but never let an invalid call through silently
