@@ -139,7 +139,7 @@ async def main() -> None:
     with run_redis_server() as url:
         rows.append(("redis", opts.io_calls, await timings(RedisStore(url), opts.io_calls)))
 
-    heads = ("record_call", "find_replay", "turn: 2 calls", "record_calls", "find+get", "look_up_call")
+    heads: tuple[str, ...] = ("record_call", "find_replay", "turn: 2 calls", "record_calls", "find+get", "look_up_call")
     heads += ("2 get_call", "get_calls")
     print(f"{'backend':8} {'calls':>8} " + " ".join(f"{h:>13}" for h in heads) + "  (µs)")
     for name, n, columns in rows:
