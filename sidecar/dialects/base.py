@@ -242,7 +242,7 @@ class StreamAssembler(ABC):
             try:
                 return orjson.loads(data)
             except orjson.JSONDecodeError:
-                pass  # `loads` tries the stdlib too
+                pass  # `read_json` tries the stdlib too
         try:
             value, by_orjson = read_json(data)
         except ValueError:

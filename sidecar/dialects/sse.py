@@ -52,25 +52,22 @@ _EVENT, _LINE = b"event", b"line"
 # line, a blank line (LF only: a read with a CR goes line by line). Groups: the whole block,
 # the event line, the name, the data.
 _PROVIDER_EVENT = re.compile(rb"((event: ([^\n]*)\n)?data: ([^\n]*)\n\n)")
-# Event names decoded once: a stream repeats a handful of them (bounded: see `_name`).
+# Event names decoded once: a stream repeats a handful of them (bounded: see `_new_name`).
 _NAMES: dict[bytes, str] = {}
 _MAX_NAMES = 256
-
-
 _BLOCK = itemgetter(0)
 
 
 def _provider_event(block: bytes, head: bytes, name: bytes, data: bytes) -> SSEEvent:
     """One event `_PROVIDER_EVENT` matched (its groups)."""
-    return SSEEvent(block, (_NAMES.get(name) or _name(name)) if head else None, data.decode("utf-8", "replace"))
+    return SSEEvent(block, (_NAMES.get(name) or _new_name(name)) if head else None, data.decode("utf-8", "replace"))
 
 
-def _name(raw: bytes) -> str:
-    name = _NAMES.get(raw)
-    if name is None:
-        name = raw.decode("utf-8", "replace")
-        if len(_NAMES) < _MAX_NAMES and len(raw) <= 64:
-            _NAMES[raw] = name
+def _new_name(raw: bytes) -> str:
+    """A name `_NAMES` does not hold (or an empty one): decoded, and kept while there is room."""
+    name = raw.decode("utf-8", "replace")
+    if len(_NAMES) < _MAX_NAMES and len(raw) <= 64:
+        _NAMES[raw] = name
     return name
 
 

@@ -13,11 +13,10 @@ from aiohttp import web
 
 from sidecar.dialects.base import read_json
 from sidecar.model import ToolCall
-from tests.exchange.test_malformed_upstream import A_END, A_START, SSE, sse
+from tests.exchange.test_malformed_upstream import A_END, A_START, JSON, SSE, sse
 from tests.helpers.raw import post
 from tests.helpers.serve import serve
 
-JSON = "application/json"
 FREE = {"type": "object"}
 
 
