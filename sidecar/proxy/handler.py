@@ -3,18 +3,18 @@
 It reads the agent's request (bounded), routes it, refuses what it cannot read, forwards
 untouched what cannot carry a tool call, and hands every parsed endpoint to the exchange
 runner (`sidecar/exchange/runner.py`), which owns the rest. It also implements the runner's
-two ports over aiohttp: `UpstreamChannel` (the provider) and `AiohttpAgent` (the agent).
+two ports: `UpstreamChannel` (the provider, over sidecar/proxy/http_client.py) and
+`AiohttpAgent` (the agent, over aiohttp's server).
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
@@ -31,7 +31,7 @@ from sidecar.proxy.coverage import WEBSOCKET_MESSAGE, Handling, refusal_message,
 from sidecar.proxy.headers import downstream_response_headers, upstream_request_headers
 from sidecar.proxy.history import HistoryScreen, Unscreenable
 from sidecar.proxy.routing import Route, resolve, upstream_url
-from sidecar.proxy.upstream import Upstreams, upstream_error
+from sidecar.proxy.upstream import Upstreams
 from sidecar.state import StateUnavailable
 
 log = logging.getLogger("sidecar.proxy")
@@ -76,36 +76,14 @@ def _is_websocket(request: web.BaseRequest) -> bool:
     return "websocket" in upgrade.lower()
 
 
-class AiohttpAnswer:
-    """An aiohttp upstream response as the runner's `UpstreamAnswer` (errors mapped)."""
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self.status = response.status
-        self.reason = response.reason
-        self.headers: Mapping[str, str] = response.headers
-
-    def _failed(self, exc: BaseException) -> UpstreamError:
-        return upstream_error(exc, str(self._response.url.origin()))
-
-    async def chunk(self) -> bytes:
-        try:
-            return await self._response.content.readany()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise self._failed(exc) from exc
-
-
 class UpstreamChannel:
     """The runner's way to the provider: the exchange's URL and headers, the given body."""
 
     def __init__(self, upstreams: Upstreams) -> None:
         self.upstreams = upstreams
 
-    @asynccontextmanager
-    async def open(self, ex: Exchange, body: bytes) -> AsyncIterator[UpstreamAnswer]:
-        response = await self.upstreams.open(ex.method, ex.url, ex.headers, body)
-        async with response:
-            yield AiohttpAnswer(response)
+    def open(self, ex: Exchange, body: bytes) -> AbstractAsyncContextManager[UpstreamAnswer]:
+        return self.upstreams.opened(ex.method, ex.url, ex.headers, body)
 
 
 class AiohttpAgent:
@@ -306,8 +284,7 @@ class ProxyHandler:
         async with upstream:
             try:
                 raw = await upstream.read()
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                failure = upstream_error(exc, str(url.origin()))
+            except UpstreamError as failure:
                 self._upstream_failed(route.provider, failure, route.path)
                 return error_response(dialect, failure.status, failure.message)
             status, reason, answer_headers = upstream.status, upstream.reason, upstream.headers
@@ -344,10 +321,10 @@ class ProxyHandler:
             )
             await downstream.prepare(request)
             try:
-                async for chunk in upstream.content.iter_any():
+                while chunk := await upstream.chunk():
                     await downstream.write(chunk)
-            except (TimeoutError, aiohttp.ClientPayloadError) as exc:
-                log.warning("upstream body ended early on %s: %s", url.path, type(exc).__name__)
+            except UpstreamError as exc:
+                log.warning("upstream body ended early on %s: %s", url.path, exc.message)
                 if request.transport is not None:
                     request.transport.abort()  # a clean end would pass a truncated body off as whole
                 return downstream

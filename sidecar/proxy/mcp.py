@@ -12,11 +12,10 @@ belongs to this handler: a name that is not configured gets a 404, never a model
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from urllib.parse import unquote
 
-import aiohttp
 from aiohttp import web
 from yarl import URL
 
@@ -26,7 +25,7 @@ from sidecar.mcp import wire
 from sidecar.mcp.runner import McpRunner, RefusalSink, Target
 from sidecar.mcp.wire import ErrorCode
 from sidecar.model import RefusalReason
-from sidecar.proxy.handler import AiohttpAgent, AiohttpAnswer, BodyTooLarge, read_body
+from sidecar.proxy.handler import AiohttpAgent, BodyTooLarge, read_body
 from sidecar.proxy.headers import downstream_response_headers, upstream_request_headers
 from sidecar.proxy.routing import canonical_path
 from sidecar.proxy.upstream import Upstreams
@@ -42,13 +41,10 @@ class UpstreamMcp:
     def __init__(self, upstreams: Upstreams) -> None:
         self.upstreams = upstreams
 
-    @asynccontextmanager
-    async def open(
+    def open(
         self, method: str, url: URL, headers: Mapping[str, str], body: bytes
-    ) -> AsyncIterator[UpstreamAnswer]:
-        response = await self.upstreams.open(method, url, headers, body)
-        async with response:
-            yield AiohttpAnswer(response)
+    ) -> AbstractAsyncContextManager[UpstreamAnswer]:
+        return self.upstreams.opened(method, url, headers, body)
 
 
 def _server_of(raw_path: str) -> str | None:
@@ -117,7 +113,7 @@ class McpHandler:
         async with upstream:
             try:
                 raw = await upstream.read()
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                return self._refuse(502, ErrorCode.INTERNAL_ERROR, RefusalReason.FRAMING, type(exc).__name__, request)
+            except UpstreamError as exc:
+                return self._refuse(502, ErrorCode.INTERNAL_ERROR, RefusalReason.FRAMING, exc.message, request)
             headers_out = downstream_response_headers(upstream.headers)
             return web.Response(body=raw, status=upstream.status, reason=upstream.reason, headers=headers_out)
