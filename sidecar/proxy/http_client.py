@@ -247,6 +247,7 @@ class Response:
         self._pending: deque[bytes] = deque()
         self._pending_size = 0
         self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._released = False
 
     # -- fed by the connection ---------------------------------------------------------------
@@ -263,10 +264,10 @@ class Response:
         self._keep_alive = keep_alive
         self.head_done = True
         self.reason = self.reason_bytes.decode("latin-1") or None
-        headers: CIMultiDict[str] = CIMultiDict()
-        for name, value in self.raw_headers:
-            headers.add(name.decode("latin-1"), value.decode("utf-8", "surrogateescape"))
-        self.headers = CIMultiDictProxy(headers)
+        headers: CIMultiDict[str] = CIMultiDict(
+            [(name.decode("latin-1"), value.decode("utf-8", "surrogateescape")) for name, value in self.raw_headers]
+        )
+        self.headers = headers
         if status == 101:  # the sidecar never asks to switch protocols (Upgrade is hop-by-hop)
             self._fail_now(UpstreamFailure(UpstreamCause.PROTOCOL, "the upstream switched protocols"))
             return
@@ -337,23 +338,24 @@ class Response:
 
     async def _wait(self) -> None:
         """Until the connection feeds something; UpstreamFailure(TIMEOUT) after the read timeout
-        without a byte (one timer per wait, checked against the last read rather than reset on
-        every read)."""
+        without a byte. One timer serves the whole reply: it is checked against the last read
+        when it fires, rather than reset on every read or armed on every wait."""
         waiter = self._waiter = self._loop.create_future()
-        timeout = self._pool.read_timeout_s
-        timer = self._loop.call_at(self.last_read + timeout, self._check_timeout, waiter)
+        if self._timer is None:
+            self._timer = self._loop.call_at(self.last_read + self._pool.read_timeout_s, self._check_timeout)
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
 
-    def _check_timeout(self, waiter: asyncio.Future[None]) -> None:
-        if waiter.done():
-            return
+    def _check_timeout(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._released:
+            return  # not waiting: the next wait arms it again
         due = self.last_read + self._pool.read_timeout_s
         if self._loop.time() < due:  # bytes came meanwhile: wait the rest
-            self._loop.call_at(due, self._check_timeout, waiter)
+            self._timer = self._loop.call_at(due, self._check_timeout)
             return
         self._failure = UpstreamFailure(UpstreamCause.TIMEOUT, "TimeoutError")
         self._connection.abort()
@@ -439,6 +441,9 @@ class Response:
         if self._released:
             return
         self._released = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         connection = self._connection
         connection.response = None
         reusable = self._complete and self._keep_alive and self._failure is None and not self._pending
@@ -472,6 +477,12 @@ class Opened:
     async def __aexit__(self, *_exc: object) -> None:
         if self._response is not None:
             self._response.release()
+
+
+def _has_accept(headers: Mapping[str, str]) -> bool:
+    if isinstance(headers, (CIMultiDict, CIMultiDictProxy)):  # the proxy's: looked up in C
+        return "Accept" in headers
+    return any(name.lower() == "accept" for name in headers)
 
 
 def _origin(url: URL) -> tuple[str, str, int]:
@@ -540,25 +551,20 @@ class ClientPool:
         return Opened(self, method, url, headers, body)
 
     def _head(self, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> bytes:
-        lines = [f"{method} {url.raw_path_qs or '/'} HTTP/1.1\r\n"]
         origin = _origin(url)
         own = self._heads.get(origin)
         if own is None:
             own = self._heads[origin] = self._own_lines(url)
-        seen_accept = False
-        for name, value in headers.items():
-            if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
-                raise UpstreamFailure(UpstreamCause.PROTOCOL, f"header {name!r} cannot be written")
-            if not seen_accept and name.lower() == "accept":
-                seen_accept = True
-            lines.append(f"{name}: {value}\r\n")
-        if not seen_accept:
-            lines.append("Accept: */*\r\n")
+        fields = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+        count = len(headers)
+        if fields.count("\n") != count or fields.count("\r") != count:  # a CR or LF in a name or value
+            raise UpstreamFailure(UpstreamCause.PROTOCOL, "a header with a line break cannot be written")
+        if not _has_accept(headers):
+            fields += "Accept: */*\r\n"
         if body or method in _LENGTH_METHODS:
-            lines.append(f"Content-Length: {len(body)}\r\n")
-        lines.append("\r\n")
-        request_line = lines[0].encode("utf-8", "surrogateescape")
-        return request_line + own + "".join(lines[1:]).encode("utf-8", "surrogateescape")
+            fields += f"Content-Length: {len(body)}\r\n"
+        request_line = f"{method} {url.raw_path_qs or '/'} HTTP/1.1\r\n".encode("utf-8", "surrogateescape")
+        return request_line + own + fields.encode("utf-8", "surrogateescape") + b"\r\n"
 
     @staticmethod
     def _own_lines(url: URL) -> bytes:
