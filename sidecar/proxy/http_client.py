@@ -1,10 +1,10 @@
 """A lean HTTP/1.1 client for the sidecar's upstreams: asyncio protocols, llhttp's parser.
 
-Why not aiohttp's client: measured against the benchmark's mock provider, one process reading
-its replies at c=8 (`bench/bench_client.py`), aiohttp's `ClientSession` spent about 250 µs of
-CPU per whole reply and 450 µs per streamed one; this client spends about 70 and 95. Every
-model request pays it, and the sidecar's CPU per request is the root of its latency and
-throughput targets.
+Why not aiohttp's client: every model request pays the client, and the sidecar's CPU per
+request is the root of its latency and throughput targets. Reading the benchmark's replies from
+its mock provider at c=8 (`bench/bench_client.py`, two runs), aiohttp's `ClientSession` spent
+215-255 µs of CPU per whole reply and 297-419 µs per streamed one; this client 113-158 and
+139-186 (1.6-2.3x less).
 
 What it does, and no more (the sidecar's upstreams are a fixed set of configured bases):
 
@@ -24,8 +24,9 @@ What it does, and no more (the sidecar's upstreams are a fixed set of configured
 - no redirects, cookies, proxies from the environment or retries: an answer is the upstream's
   own, once.
 
-Failures are raised as `UpstreamFailure` with a cause; `sidecar/proxy/upstream.py` turns them
-into the provider-shaped 502/504.
+Failures are `UpstreamFailure`s with a cause (the runner's `UpstreamCause`); the pool raises
+them through its `failed` mapping, which `sidecar/proxy/upstream.py` sets to the provider-shaped
+502/504 (`UpstreamError`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ each way an answer can fail reaches the caller (as the proxy's UpstreamError, wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
+import socket
 import ssl
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -491,3 +493,29 @@ async def test_a_certificate_the_system_does_not_trust_fails_the_handshake() -> 
     assert (error.status, error.cause) == (502, UpstreamCause.TLS)
     assert "failed the TLS handshake" in error.message
     assert server.heads == []  # nothing was sent over the untrusted connection
+
+
+async def test_a_connect_that_hangs_is_a_504_after_the_connect_timeout() -> None:
+    """A listener whose accept queue is full drops new SYNs (Linux): the connect hangs."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(8):  # a backlog of 0 still queues one or two: fill it
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+        fillers.append(filler)
+    await asyncio.sleep(0.2)
+    client = ClientPool(5, 0.3, failed=upstream_error)
+    try:
+        error = await asyncio.wait_for(failure(client, URL(f"http://127.0.0.1:{port}/v1/messages")), 5)
+    finally:
+        await client.close()
+        for s in fillers:
+            s.close()
+        listener.close()
+    assert (error.status, error.cause) == (504, UpstreamCause.TIMEOUT)
+    assert "timed out" in error.message
