@@ -18,7 +18,9 @@ What it does, and no more (the sidecar's upstreams are a fixed set of configured
   decoded as the reader reads (in bounded pieces, so a small compressed body cannot fill memory
   at once); any other encoding is refused as a protocol error, because the sidecar cannot read
   what it would forward;
-- flow control: the socket is paused while more than `HIGH_WATER` bytes wait for the reader;
+- bounds: the socket is paused while more than `HIGH_WATER` bytes wait for the reader, and an
+  answer's head (status line, headers, interim answers) may take `MAX_HEAD_BYTES` (llhttp
+  itself limits neither a line nor the headers);
 - timeouts: connecting (`connect_timeout_s`), and the gap between two reads of one reply
   (`read_timeout_s`, also the wait for its head);
 - no redirects, cookies, proxies from the environment or retries: an answer is the upstream's
@@ -51,6 +53,7 @@ MAX_IDLE_PER_ORIGIN = 256  # idle connections kept per origin; more are closed w
 HIGH_WATER = 256 * 1024  # body bytes waiting for the reader before the socket is paused
 LOW_WATER = 64 * 1024  # ... and resumed
 DECODED_PIECE = 256 * 1024  # the most decoded bytes one read returns from a compressed body
+MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers (aiohttp's limit: 8 KiB per line)
 _NO_BODY_METHODS = frozenset({"HEAD"})
 _LENGTH_METHODS = frozenset({"POST", "PUT", "PATCH"})  # a Content-Length even when empty
 
@@ -154,12 +157,16 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             response.fail(UpstreamFailure(UpstreamCause.PROTOCOL, "the upstream switched protocols"))
             self.close()
+            return
         except httptools.HttpParserError as exc:
             response.fail(UpstreamFailure(UpstreamCause.PROTOCOL, f"unparsable HTTP answer ({exc})"))
             self.close()
-        except UpstreamFailure as exc:  # raised by a callback (an encoding the sidecar cannot decode)
-            response.fail(exc)
-            self.close()
+            return
+        if not response.head_done:
+            response.head_bytes += len(data)
+            if response.head_bytes > MAX_HEAD_BYTES:  # llhttp itself bounds neither lines nor headers
+                response.fail(UpstreamFailure(UpstreamCause.PROTOCOL, f"an answer head over {MAX_HEAD_BYTES} bytes"))
+                self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -238,6 +245,7 @@ class Response:
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.reason_bytes = b""
         self.head_done = False
+        self.head_bytes = 0  # read before the head was complete (bounded: MAX_HEAD_BYTES)
         self.last_read = self._loop.time()
         self._no_body = method in _NO_BODY_METHODS
         self._interim = False  # a 1xx answer is being skipped

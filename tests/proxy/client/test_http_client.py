@@ -386,6 +386,29 @@ async def test_an_answer_that_is_not_http_is_a_protocol_error(answer: bytes) -> 
     assert (error.status, error.cause) == (502, UpstreamCause.PROTOCOL)
 
 
+@pytest.mark.parametrize("shape", ["one-long-line", "many-headers", "endless-interim-answers"])
+async def test_an_answer_head_that_never_ends_is_refused_within_a_bound(shape: str) -> None:
+    """Memory is the client's to bound: llhttp itself limits neither a line nor the headers."""
+
+    async def endless(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\n" if shape != "endless-interim-answers" else b"")
+        start = b"X-Long: " if shape == "one-long-line" else b""
+        writer.write(start)
+        for n in range(100_000):
+            if shape == "one-long-line":
+                writer.write(b"y" * 1024)
+            elif shape == "many-headers":
+                writer.write(b"X-H%d: %s\r\n" % (n, b"v" * 100))
+            else:
+                writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+            await writer.drain()
+
+    async with raw_server(lambda _n: endless) as server, pool() as client:
+        error = await asyncio.wait_for(failure(client, server.url), 10)
+    assert (error.status, error.cause) == (502, UpstreamCause.PROTOCOL)
+    assert f"over {http_client.MAX_HEAD_BYTES} bytes" in error.message
+
+
 async def test_no_head_within_the_read_timeout_is_a_504() -> None:
     async def silent(_reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
         await asyncio.sleep(5)
