@@ -23,8 +23,9 @@ What it does, and no more (the sidecar's upstreams are a fixed set of configured
   itself limits neither a line nor the headers);
 - timeouts: connecting (`connect_timeout_s`), and the gap between two reads of one reply
   (`read_timeout_s`, also the wait for its head);
-- no redirects, cookies, proxies from the environment or retries: an answer is the upstream's
-  own, once.
+- no redirects, cookies or proxies from the environment; a request is sent once, except an
+  idempotent one (GET, DELETE, ...) that a kept-alive connection lost before any byte of its
+  answer, which goes once more on a new connection (RFC 9112 9.3.1, as aiohttp did).
 
 Failures are `UpstreamFailure`s with a cause (the runner's `UpstreamCause`); the pool raises
 them through its `failed` mapping, which `sidecar/proxy/upstream.py` sets to the provider-shaped
@@ -56,6 +57,8 @@ DECODED_PIECE = 256 * 1024  # the most decoded bytes one read returns from a com
 MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers (aiohttp's limit: 8 KiB per line)
 _NO_BODY_METHODS = frozenset({"HEAD"})
 _LENGTH_METHODS = frozenset({"POST", "PUT", "PATCH"})  # a Content-Length even when empty
+# Sent once more when a kept-alive connection is lost before any answer (RFC 9110 9.2.2).
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 
 
 class UpstreamFailure(Exception):
@@ -318,6 +321,11 @@ class Response:
             self._failure = UpstreamFailure(UpstreamCause.DISCONNECTED, "ServerDisconnectedError")
         self._wake()
 
+    def lost_unanswered(self) -> bool:
+        """The connection ended before a byte of the answer arrived."""
+        failure = self._failure
+        return failure is not None and failure.cause is UpstreamCause.DISCONNECTED and self.head_bytes == 0
+
     def _fail_now(self, failure: UpstreamFailure) -> None:
         """A head the sidecar cannot read a body under: the reads raise, the connection goes."""
         self._failure = failure
@@ -532,14 +540,41 @@ class ClientPool:
 
     async def request(self, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> Response:
         """Write the request and wait for the reply's head; the caller owns (and must release)
-        the response. UpstreamFailure when there is no answer."""
+        the response. Raises the mapped failure when there is no answer.
+
+        An idempotent request (RFC 9110 9.2.2) that a kept-alive connection lost before a byte
+        of its answer came is sent once more on a new connection (RFC 9112 9.3.1): the server
+        may have closed the idle connection as it was reused. Others are never sent twice (as
+        aiohttp did: a model request may have been read)."""
         if self._closed:
             raise self.failed(UpstreamFailure(UpstreamCause.CONNECT, "the client is closed"), url)
         try:
             head = self._head(method, url, headers, body)
-            connection = await self._acquire(url)
+            connection, reused = await self._acquire(url)
         except UpstreamFailure as failure:
             raise self.failed(failure, url) from failure
+        response = self._send(connection, url, method, head, body)
+        try:
+            await response._head()
+        except BaseException:
+            response.release()
+            if not (reused and method in IDEMPOTENT_METHODS and response.lost_unanswered()):
+                raise
+        else:
+            return response
+        try:
+            connection = await self._connect(url)
+        except UpstreamFailure as failure:
+            raise self.failed(failure, url) from failure
+        response = self._send(connection, url, method, head, body)
+        try:
+            await response._head()
+        except BaseException:
+            response.release()
+            raise
+        return response
+
+    def _send(self, connection: _Connection, url: URL, method: str, head: bytes, body: bytes) -> Response:
         response = Response(self, connection, url, method)
         connection.response = response
         transport = connection.transport
@@ -548,11 +583,6 @@ class ClientPool:
             transport.writelines((head, body))
         else:
             transport.write(head)
-        try:
-            await response._head()
-        except BaseException:
-            response.release()
-            raise
         return response
 
     def opened(self, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> Opened:
@@ -584,16 +614,17 @@ class ClientPool:
             own += f"Authorization: Basic {token}\r\n"
         return own.encode("ascii")  # yarl keeps an international name in its IDNA form
 
-    async def _acquire(self, url: URL) -> _Connection:
+    async def _acquire(self, url: URL) -> tuple[_Connection, bool]:
+        """A kept-alive connection (True) or a new one (False)."""
         idle = self._idle.get(_origin(url))
         if idle:
             now = asyncio.get_running_loop().time()
             while idle:
                 connection = idle.pop()
                 if not connection.closed and now - connection.idle_since < KEEPALIVE_S:
-                    return connection
+                    return connection, True
                 connection.close()
-        return await self._connect(url)
+        return await self._connect(url), False
 
     async def _connect(self, url: URL) -> _Connection:
         loop = asyncio.get_running_loop()

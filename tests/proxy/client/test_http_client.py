@@ -229,6 +229,44 @@ async def test_a_reader_that_does_not_read_pauses_the_socket() -> None:
     assert held < size // 4, f"the server sent {held} bytes to a reader that read none"
 
 
+async def _hang_up(_reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
+    return  # the request was read; the connection closes without an answer
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])
+async def test_an_idempotent_request_lost_on_a_kept_connection_is_sent_once_more(method: str) -> None:
+    answers = {0: ok(b"first"), 1: _hang_up, 2: ok(b"again")}
+    async with raw_server(lambda n: answers[n]) as server, pool() as client:
+        assert await fetch(client, server.url, method=method, body=b"") == (200, b"first")
+        assert await fetch(client, server.url, method=method, body=b"") == (200, b"again")
+    assert server.connections == 2 and len(server.heads) == 3
+
+
+async def test_a_post_lost_on_a_kept_connection_is_never_sent_twice() -> None:
+    answers = {0: ok(b"first"), 1: _hang_up, 2: ok(b"twice")}
+    async with raw_server(lambda n: answers[n]) as server, pool() as client:
+        assert await fetch(client, server.url) == (200, b"first")
+        assert (await failure(client, server.url)).cause is UpstreamCause.DISCONNECTED
+    assert len(server.heads) == 2  # the model request went out once
+
+
+async def test_a_get_lost_on_a_new_connection_is_not_sent_again() -> None:
+    async with raw_server(lambda n: _hang_up if n == 0 else ok()) as server, pool() as client:
+        assert (await failure(client, server.url, method="GET")).cause is UpstreamCause.DISCONNECTED
+    assert len(server.heads) == 1
+
+
+async def test_a_get_whose_answer_began_is_not_sent_again() -> None:
+    async def half_head(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Le")
+
+    answers = {0: ok(b"first"), 1: half_head, 2: ok(b"again")}
+    async with raw_server(lambda n: answers[n]) as server, pool() as client:
+        assert await fetch(client, server.url, method="GET", body=b"") == (200, b"first")
+        assert (await failure(client, server.url, method="GET")).cause is UpstreamCause.DISCONNECTED
+    assert len(server.heads) == 2
+
+
 # -- framing ----------------------------------------------------------------------------------
 
 
@@ -369,10 +407,7 @@ async def test_a_chunked_body_cut_short_is_a_disconnect() -> None:
 
 
 async def test_a_connection_closed_before_any_answer_is_a_disconnect() -> None:
-    async def hang_up(_reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
-        return
-
-    async with raw_server(lambda _n: hang_up) as server, pool() as client:
+    async with raw_server(lambda _n: _hang_up) as server, pool() as client:
         assert (await failure(client, server.url)).cause is UpstreamCause.DISCONNECTED
 
 
