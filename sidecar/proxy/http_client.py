@@ -56,6 +56,7 @@ LOW_WATER = 64 * 1024  # ... and resumed
 DECODED_PIECE = 256 * 1024  # the most decoded bytes one read returns from a compressed body
 MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers (aiohttp's limit: 8 KiB per line)
 _NO_BODY_METHODS = frozenset({"HEAD"})
+_NO_HEADERS: Mapping[str, str] = CIMultiDictProxy(CIMultiDict())  # a response's until its head is in
 _LENGTH_METHODS = frozenset({"POST", "PUT", "PATCH"})  # a Content-Length even when empty
 # Sent once more when a kept-alive connection is lost before any answer (RFC 9110 9.2.2).
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
@@ -244,7 +245,7 @@ class Response:
         self.url = url
         self.status = 0
         self.reason: str | None = None
-        self.headers: Mapping[str, str] = CIMultiDictProxy(CIMultiDict())
+        self.headers: Mapping[str, str] = _NO_HEADERS
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.reason_bytes = b""
         self.head_done = False
