@@ -259,6 +259,7 @@ class Response:
         self._decoder: _Decoder | None = None
         self._pending: deque[bytes] = deque()
         self._pending_size = 0
+        self._bodied = False  # a byte of the body arrived
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._released = False
@@ -299,6 +300,7 @@ class Response:
             return
         self._pending.append(data)
         self._pending_size += len(data)
+        self._bodied = True
         if self._pending_size > HIGH_WATER:
             self._connection.pause()
         self._wake()
@@ -438,7 +440,7 @@ class Response:
 
     def _finish_decoding(self) -> bytes:
         decoder = self._decoder
-        if decoder is None or decoder.eof:
+        if decoder is None or decoder.eof or not self._bodied:  # no body at all is not a cut one
             return b""
         # A compressed body that ended before its stream did: truncated, as aiohttp reads it.
         self._failure = UpstreamFailure(UpstreamCause.PROTOCOL, "compressed body ended early")

@@ -367,6 +367,21 @@ async def test_a_small_body_that_decodes_to_a_large_one_is_read_in_bounded_piece
     assert max(pieces) <= http_client.DECODED_PIECE
 
 
+@pytest.mark.parametrize(
+    "method, answer",
+    [
+        ("HEAD", b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 120\r\n\r\n"),
+        ("POST", b"HTTP/1.1 204 No Content\r\nContent-Encoding: gzip\r\n\r\n"),
+        ("POST", b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nContent-Length: 0\r\n\r\n"),
+    ],
+    ids=["head", "204", "empty-200"],
+)
+async def test_an_encoded_answer_without_a_body_is_empty_not_cut(method: str, answer: bytes) -> None:
+    async with raw_server(lambda _n: answer) as server, pool() as client:
+        status, body = await fetch(client, server.url, method=method, body=b"")
+    assert body == b"" and status in (200, 204)
+
+
 @pytest.mark.parametrize("encoding", [b"br", b"zstd", b"gzip, br"])
 async def test_an_encoding_the_sidecar_cannot_decode_is_refused(encoding: bytes) -> None:
     answer = ok(b"\x00\x01\x02", b"Content-Encoding: " + encoding + b"\r\n")
