@@ -19,7 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import aiohttp
@@ -29,18 +29,18 @@ from yarl import URL
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proxybench.bodies import Api, body_bytes
+from proxybench.bodies import HEADERS, Api, body_bytes
 from proxybench.procs import Services
+from proxybench.targets import start_mock
 
 from sidecar.proxy.http_client import ClientPool
 
-HEADERS = {"Content-Type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"}
-Reader = Callable[[URL, bytes], Awaitable[int]]
+Reader = Callable[[URL, Mapping[str, str], bytes], Awaitable[int]]
 
 
 def sidecar_reader(pool: ClientPool) -> Reader:
-    async def read(url: URL, body: bytes) -> int:
-        async with pool.opened("POST", url, HEADERS, body) as response:
+    async def read(url: URL, headers: Mapping[str, str], body: bytes) -> int:
+        async with pool.opened("POST", url, headers, body) as response:
             size = 0
             while chunk := await response.chunk():
                 size += len(chunk)
@@ -50,8 +50,8 @@ def sidecar_reader(pool: ClientPool) -> Reader:
 
 
 def aiohttp_reader(session: aiohttp.ClientSession) -> Reader:
-    async def read(url: URL, body: bytes) -> int:
-        async with session.request("POST", url, headers=HEADERS, data=body, allow_redirects=False) as response:
+    async def read(url: URL, headers: Mapping[str, str], body: bytes) -> int:
+        async with session.request("POST", url, headers=headers, data=body, allow_redirects=False) as response:
             size = 0
             while chunk := await response.content.readany():
                 size += len(chunk)
@@ -60,10 +60,12 @@ def aiohttp_reader(session: aiohttp.ClientSession) -> Reader:
     return read
 
 
-async def cpu_per_request(read: Reader, url: URL, body: bytes, requests: int, concurrency: int) -> float:
+async def cpu_per_request(
+    read: Reader, url: URL, headers: Mapping[str, str], body: bytes, requests: int, concurrency: int
+) -> float:
     async def worker(n: int) -> None:
         for _ in range(n):
-            if not await read(url, body):
+            if not await read(url, headers, body):
                 raise RuntimeError("an empty reply")
 
     await asyncio.gather(*(worker(20) for _ in range(concurrency)))  # warm: connections, caches
@@ -72,49 +74,40 @@ async def cpu_per_request(read: Reader, url: URL, body: bytes, requests: int, co
     return (time.process_time() - start) / (requests // concurrency * concurrency) * 1e6
 
 
+async def print_table(base: str, readers: dict[str, Reader], requests: int, concurrency: int, rounds: int) -> None:
+    """One row per reply kind: each reader's median CPU per reply, and aiohttp's ÷ ours."""
+    print(f"CPU µs per reply read, this process only ({requests} requests at c={concurrency}, ", end="")
+    print(f"median of {rounds} alternating rounds)")
+    print(f"{'reply':<22}" + "".join(f"{name:>24}" for name in readers) + f"{'ratio':>8}")
+    for api in Api:
+        headers = {"Content-Type": "application/json", **HEADERS[api]}
+        for stream in (False, True):
+            url, body = URL(base + api.value), body_bytes(api, stream)
+            seen: dict[str, list[float]] = {name: [] for name in readers}
+            for _ in range(rounds):
+                for name, read in readers.items():
+                    seen[name].append(await cpu_per_request(read, url, headers, body, requests, concurrency))
+            medians = [statistics.median(values) for values in seen.values()]
+            cells = "".join(f"{value:>24.0f}" for value in medians)
+            print(f"{api.label + (' streamed' if stream else ' whole'):<22}{cells}{medians[1] / medians[0]:>7.1f}x")
+
+
 async def main(requests: int, concurrency: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-client-") as workdir:
         services = Services(Path(workdir))
         try:
-            mock = services.bench_server("mock", "mock")
-            await _ready(mock.url)
+            mock = start_mock(services)
+            await mock.wait_ready()
             pool = ClientPool(read_timeout_s=60, connect_timeout_s=5)
             session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=True)
             readers = {"sidecar client": sidecar_reader(pool), "aiohttp ClientSession": aiohttp_reader(session)}
             try:
-                print(f"CPU µs per reply read, this process only ({requests} requests at c={concurrency}, ", end="")
-                print(f"median of {rounds} alternating rounds)")
-                print(f"{'reply':<22}" + "".join(f"{name:>24}" for name in readers) + f"{'ratio':>8}")
-                for api in Api:
-                    for stream in (False, True):
-                        url = URL(mock.url + api.value)
-                        body = body_bytes(api, stream)
-                        seen: dict[str, list[float]] = {name: [] for name in readers}
-                        for _ in range(rounds):
-                            for name, read in readers.items():
-                                seen[name].append(await cpu_per_request(read, url, body, requests, concurrency))
-                        medians = [statistics.median(values) for values in seen.values()]
-                        label = f"{api.label} {'streamed' if stream else 'whole'}"
-                        cells = "".join(f"{value:>24.0f}" for value in medians)
-                        print(f"{label:<22}{cells}{medians[1] / medians[0]:>7.1f}x")
+                await print_table(mock.url, readers, requests, concurrency, rounds)
             finally:
                 await pool.close()
                 await session.close()
         finally:
             services.stop_all()
-
-
-async def _ready(base: str) -> None:
-    """The mock answers 404 to a GET of its root once it listens."""
-    deadline = time.monotonic() + 30
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(base + "/"):
-                    return
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.1)
-    raise RuntimeError(f"the mock at {base} did not start")
 
 
 if __name__ == "__main__":

@@ -71,16 +71,14 @@ class UpstreamFailure(Exception):
         self.detail = detail
 
 
-def _connect_failure(exc: BaseException) -> UpstreamFailure:
+def _connect_failure(exc: OSError) -> UpstreamFailure:
     if isinstance(exc, TimeoutError):
         return UpstreamFailure(UpstreamCause.TIMEOUT, "TimeoutError")
-    if isinstance(exc, (ssl.SSLError, ssl.CertificateError)):
+    if isinstance(exc, ssl.SSLError):  # certificate errors included
         return UpstreamFailure(UpstreamCause.TLS, getattr(exc, "reason", None) or type(exc).__name__)
     if isinstance(exc, socket.gaierror):
         return UpstreamFailure(UpstreamCause.DNS, exc.strerror or type(exc).__name__)
-    if isinstance(exc, OSError):
-        return UpstreamFailure(UpstreamCause.CONNECT, exc.strerror or type(exc).__name__)
-    return UpstreamFailure(UpstreamCause.CONNECT, type(exc).__name__)
+    return UpstreamFailure(UpstreamCause.CONNECT, exc.strerror or type(exc).__name__)
 
 
 class _Decoder(Protocol):
@@ -178,12 +176,6 @@ class _Connection(asyncio.Protocol):
         if response is not None:
             response.connection_ended()
 
-    def pause_writing(self) -> None:  # bodies are written whole; the transport buffers them
-        pass
-
-    def resume_writing(self) -> None:
-        pass
-
     # -- llhttp callbacks (httptools) --------------------------------------------------------
 
     def on_message_begin(self) -> None:
@@ -238,9 +230,10 @@ class Response:
     returns, its body by `chunk()` (or `read()`); release it (or use it as an async context
     manager) to give its connection back. Reads raise the pool's mapped failures."""
 
-    def __init__(self, pool: ClientPool, connection: _Connection, url: URL, method: str) -> None:
+    def __init__(self, pool: ClientPool, connection: _Connection, origin: Origin, url: URL, method: str) -> None:
         self._pool = pool
         self._connection = connection
+        self._origin = origin
         self._loop = connection.loop
         self.url = url
         self.status = 0
@@ -468,7 +461,7 @@ class Response:
         connection.response = None
         reusable = self._complete and self._keep_alive and self._failure is None and not self._pending
         if reusable and not connection.closed:
-            self._pool.put_back(self.url, connection)
+            self._pool.put_back(self._origin, connection)
         else:
             connection.close()
 
@@ -505,7 +498,10 @@ def _has_accept(headers: Mapping[str, str]) -> bool:
     return any(name.lower() == "accept" for name in headers)
 
 
-def _origin(url: URL) -> tuple[str, str, int]:
+Origin = tuple[str, str, int]  # scheme, host, port: what a kept-alive connection can serve
+
+
+def _origin(url: URL) -> Origin:
     return (url.scheme, url.raw_host or "", url.port or 0)
 
 
@@ -537,8 +533,8 @@ class ClientPool:
         self.read_timeout_s = read_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._tls = tls
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
-        self._heads: dict[tuple[str, str, int], bytes] = {}  # the Host line (and credentials) per origin
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._heads: dict[str, bytes] = {}  # the Host line (and credentials) per URL authority
         self._closed = False
 
     async def request(self, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> Response:
@@ -551,34 +547,32 @@ class ClientPool:
         aiohttp did: a model request may have been read)."""
         if self._closed:
             raise self.failed(UpstreamFailure(UpstreamCause.CONNECT, "the client is closed"), url)
+        origin = _origin(url)
         try:
             head = self._head(method, url, headers, body)
-            connection, reused = await self._acquire(url)
+            connection, reused = await self._acquire(origin, url)
         except UpstreamFailure as failure:
             raise self.failed(failure, url) from failure
-        response = self._send(connection, url, method, head, body)
-        try:
-            await response._head()
-        except BaseException:
-            response.release()
-            if not (reused and method in IDEMPOTENT_METHODS and response.lost_unanswered()):
-                raise
-        else:
-            return response
-        try:
-            connection = await self._connect(url)
-        except UpstreamFailure as failure:
-            raise self.failed(failure, url) from failure
-        response = self._send(connection, url, method, head, body)
-        try:
-            await response._head()
-        except BaseException:
-            response.release()
-            raise
-        return response
+        while True:
+            response = self._send(connection, origin, url, method, head, body)
+            try:
+                await response._head()
+            except BaseException:
+                response.release()
+                if not (reused and method in IDEMPOTENT_METHODS and response.lost_unanswered()):
+                    raise
+            else:
+                return response
+            reused = False  # the second attempt is on a new connection, and the last
+            try:
+                connection = await self._connect(url)
+            except UpstreamFailure as failure:
+                raise self.failed(failure, url) from failure
 
-    def _send(self, connection: _Connection, url: URL, method: str, head: bytes, body: bytes) -> Response:
-        response = Response(self, connection, url, method)
+    def _send(
+        self, connection: _Connection, origin: Origin, url: URL, method: str, head: bytes, body: bytes
+    ) -> Response:
+        response = Response(self, connection, origin, url, method)
         connection.response = response
         transport = connection.transport
         assert transport is not None
@@ -593,10 +587,10 @@ class ClientPool:
         return Opened(self, method, url, headers, body)
 
     def _head(self, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> bytes:
-        origin = _origin(url)
-        own = self._heads.get(origin)
+        authority = url.raw_authority  # the credentials too: they make the Authorization line
+        own = self._heads.get(authority)
         if own is None:
-            own = self._heads[origin] = self._own_lines(url)
+            own = self._heads[authority] = self._own_lines(url)
         fields = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
         count = len(headers)
         if fields.count("\n") != count or fields.count("\r") != count:  # a CR or LF in a name or value
@@ -617,9 +611,9 @@ class ClientPool:
             own += f"Authorization: Basic {token}\r\n"
         return own.encode("ascii")  # yarl keeps an international name in its IDNA form
 
-    async def _acquire(self, url: URL) -> tuple[_Connection, bool]:
+    async def _acquire(self, origin: Origin, url: URL) -> tuple[_Connection, bool]:
         """A kept-alive connection (True) or a new one (False)."""
-        idle = self._idle.get(_origin(url))
+        idle = self._idle.get(origin)
         if idle:
             now = asyncio.get_running_loop().time()
             while idle:
@@ -644,15 +638,15 @@ class ClientPool:
                 _transport, connection = await loop.create_connection(
                     lambda: _Connection(loop), host.strip("[]"), port, ssl=tls, server_hostname=host if secure else None
                 )
-        except (OSError, TimeoutError, ssl.SSLError, ssl.CertificateError) as exc:
+        except OSError as exc:  # TimeoutError and ssl.SSLError are OSErrors
             raise _connect_failure(exc) from exc
         return connection
 
-    def put_back(self, url: URL, connection: _Connection) -> None:
+    def put_back(self, origin: Origin, connection: _Connection) -> None:
         if self._closed:
             connection.close()
             return
-        idle = self._idle.setdefault(_origin(url), [])
+        idle = self._idle.setdefault(origin, [])
         if len(idle) >= MAX_IDLE_PER_ORIGIN:
             connection.close()
             return
