@@ -9,8 +9,8 @@ its mock provider at c=8 (`bench/bench_client.py`, two runs), aiohttp's `ClientS
 What it does, and no more (the sidecar's upstreams are a fixed set of configured bases):
 
 - one pool of kept-alive connections per origin, reused last-in first-out; a connection idle
-  for `KEEPALIVE_S` is closed rather than reused (servers close idle connections, and a request
-  written into one that is closing fails);
+  for `KEEPALIVE_S` is closed, never reused (servers close idle connections, and a request
+  written into one that is closing fails), by a sweep that runs while any connection is idle;
 - requests are written whole (the sidecar has every body in memory), with `Host`,
   `Content-Length` and `Accept: */*` when the caller sets none;
 - replies are parsed by llhttp (the parser aiohttp also uses, through `httptools`): bodies
@@ -534,6 +534,7 @@ class ClientPool:
         self.connect_timeout_s = connect_timeout_s
         self._tls = tls
         self._idle: dict[Origin, list[_Connection]] = {}
+        self._expiry: asyncio.TimerHandle | None = None  # the next sweep of idle connections
         self._heads: dict[str, bytes] = {}  # the Host line (and credentials) per URL authority
         self._closed = False
 
@@ -652,9 +653,36 @@ class ClientPool:
             return
         connection.idle_since = connection.loop.time()
         idle.append(connection)
+        if self._expiry is None:
+            self._expiry = connection.loop.call_later(KEEPALIVE_S, self._expire)
+
+    def _expire(self) -> None:
+        """Close the connections idle for `KEEPALIVE_S`: an upstream that never closes one would
+        otherwise keep its socket open for as long as no request needs it."""
+        self._expiry = None
+        loop = asyncio.get_running_loop()
+        now, due = loop.time(), None
+        for origin, idle in list(self._idle.items()):
+            kept = []
+            for connection in idle:
+                if connection.closed or now - connection.idle_since >= KEEPALIVE_S:
+                    connection.close()
+                else:
+                    kept.append(connection)
+                    expires = connection.idle_since + KEEPALIVE_S
+                    due = expires if due is None else min(due, expires)
+            if kept:
+                self._idle[origin] = kept
+            else:
+                del self._idle[origin]
+        if due is not None:
+            self._expiry = loop.call_at(due, self._expire)
 
     async def close(self) -> None:
         self._closed = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         for idle in self._idle.values():
             for connection in idle:
                 connection.close()

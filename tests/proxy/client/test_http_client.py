@@ -30,6 +30,7 @@ Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 class Server:
     url: URL
     connections: int = 0
+    closed: int = 0  # connections the client closed (an end of file where a request would start)
     heads: list[bytes] = field(default_factory=list)  # each request's head, as written
 
 
@@ -67,6 +68,7 @@ async def raw_server(answer: Callable[[int], bytes | Script]) -> AsyncIterator[S
                 else:
                     await reply(reader, writer)
                     return
+            server.closed += 1
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -179,6 +181,20 @@ async def test_an_idle_connection_past_the_keepalive_is_not_reused(monkeypatch: 
         await fetch(client, server.url)
         await asyncio.sleep(0.1)
         await fetch(client, server.url)
+    assert server.connections == 2
+
+
+async def test_an_idle_connection_is_closed_after_the_keepalive_without_another_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_client, "KEEPALIVE_S", 0.1)
+    async with raw_server(lambda _n: ok()) as server, pool() as client:
+        await fetch(client, server.url)
+        await asyncio.sleep(0.05)
+        assert server.closed == 0  # still kept
+        await asyncio.sleep(0.3)
+        assert server.closed == 1  # closed by the client, with no request to find it stale
+        assert await fetch(client, server.url) == (200, b"{}")
     assert server.connections == 2
 
 
