@@ -234,11 +234,14 @@ class _Interpreting:
         if self.decision_log is not None:
             await asyncio.to_thread(self.decision_log.close)
 
-    def _decision(self, value: Any, error: str | None, undefined: Decision | None) -> Decision | None:
+    def _decision(self, value: Any, error: str | None, *, required: bool) -> Decision | None:
+        """The Decision of a rule's value; an undefined value is `undefined_decision()` where a
+        decision is `required` (a call), else None (a result: nothing to say). The undefined
+        decision is made only when needed: building it on every call cost about 1.5 us."""
         if error is not None:
             return error_decision(self.on_error, error)
         if value is UNDEFINED:
-            return undefined
+            return undefined_decision() if required else None
         try:
             return decision_from_value(value)
         except MalformedDecision as exc:
@@ -435,7 +438,7 @@ class EmbeddedEngine(_Interpreting):
             return UNDEFINED, _short(exc)
 
     def decide_sync(self, input: dict[str, Any]) -> Decision:
-        decision = self._decision(*self._guarded(DECISION, input), undefined_decision())
+        decision = self._decision(*self._guarded(DECISION, input), required=True)
         assert decision is not None
         return decision
 
@@ -453,7 +456,7 @@ class EmbeddedEngine(_Interpreting):
 
     async def result_decision(self, input: dict[str, Any]) -> Decision | None:
         self._start_watcher()
-        return self._decision(*self._guarded(RESULT_DECISION, input), None)
+        return self._decision(*self._guarded(RESULT_DECISION, input), required=False)
 
     def health(self) -> dict[str, Any]:
         compiled = self._compiled
@@ -586,7 +589,7 @@ class OpaEngine(_Interpreting):
         return (value if defined else UNDEFINED), None
 
     async def decide(self, input: dict[str, Any]) -> Decision:
-        decision = self._decision(*await self._query(DECISION, input), undefined_decision())
+        decision = self._decision(*await self._query(DECISION, input), required=True)
         assert decision is not None
         return self._record(input, decision)
 
@@ -594,7 +597,7 @@ class OpaEngine(_Interpreting):
         return self._visible(*await self._query(VISIBLE_TOOLS, input))
 
     async def result_decision(self, input: dict[str, Any]) -> Decision | None:
-        return self._decision(*await self._query(RESULT_DECISION, input), None)
+        return self._decision(*await self._query(RESULT_DECISION, input), required=False)
 
     def health(self) -> dict[str, Any]:
         return {

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from sidecar.policy._regorus import UNDEFINED
-from sidecar.policy.engine import _Interpreting, undefined_decision
+from sidecar.policy.engine import _Interpreting
 from sidecar.policy.loader import DECISION, RESULT_DECISION, VISIBLE_TOOLS, PolicyBundle
 
 PACKAGE = "opa-golib-python-bindings==0.4.4"
@@ -71,13 +71,13 @@ class OpaGoEngine(_Interpreting):
             return UNDEFINED
 
     async def decide(self, input: dict[str, Any]) -> Any:
-        return self._decision(self.value(DECISION, input), None, undefined_decision())
+        return self._decision(self.value(DECISION, input), None, required=True)
 
     async def visible_tools(self, input: dict[str, Any]) -> list[str] | None:
         return self._visible(self.value(VISIBLE_TOOLS, input), None)
 
     async def result_decision(self, input: dict[str, Any]) -> Any:
-        return self._decision(self.value(RESULT_DECISION, input), None, None)
+        return self._decision(self.value(RESULT_DECISION, input), None, required=False)
 
     def health(self) -> dict[str, Any]:
         return {"ok": True, "engine": "opa-go"}

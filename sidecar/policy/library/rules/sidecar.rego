@@ -305,8 +305,38 @@ schema_reason := sprintf("tool %s is declared with schema %v, but the policy pin
 # decision (phase tool_call): the first matching rule decides.
 # ---------------------------------------------------------------------------------------
 
-# Rule undeclared: the model may only call tools the agent declared.
-decision := deny("undeclared", sprintf("tool %s is not declared in this request; call one of the declared tools", [input.tool.name]), true) if {
+# Two shortcuts come first, one branch each for the commonest answers: a read-only tool and a
+# side-effecting tool without thresholds, called as declared with valid arguments. Each
+# matches only where every branch before its rule below fails, so it gives what the chain
+# gives (tests/policy/test_decision_shortcuts.py compares the two on generated tool settings
+# and inputs, on both engines). A setting that any earlier branch reads must be absent, not
+# merely false-looking (`object.filter`): `max_calls_per_session: false` or `null` still
+# limits in the chain, because a number sorts after both. Measured in a loop (regorus
+# `eval_rule`, the shipped library, 50 tools): a read-only decision 23.6 -> 14.5 us. The
+# values are written out rather than built with `allowed`: that call costs about 2 us.
+
+# Rule read_only, shortcut: as the read_only branch below.
+decision := {"allow": true, "reasons": [sprintf("%s is read-only", [input.tool.name])], "require_approval": null, "retryable": false, "rule": "read_only"} if {
+	input.tool.declared == true
+	input.validation.valid == true
+	s := data.sidecar.tools[input.tool.name]
+	s.side_effects == false
+	count(object.filter(s, ["hidden", "schema_hash", "max_calls_per_session", "blocked_recipients"])) == 0
+
+	# Rule within_limits, shortcut: a listed side-effecting tool without thresholds, no replay,
+	# no approval (as the within_limits branch at the end of the chain).
+} else := {"allow": true, "reasons": [], "require_approval": null, "retryable": false, "rule": "within_limits"} if {
+	input.tool.declared == true
+	input.validation.valid == true
+	input.replay.count == 0
+	input.approval.status != "approved"
+	s := data.sidecar.tools[input.tool.name]
+	is_object(s) # object.filter fails on anything else: an evaluation error, not undefined
+	not s.side_effects == false
+	count(object.filter(s, ["hidden", "schema_hash", "max_calls_per_session", "blocked_recipients", "approval"])) == 0
+
+	# Rule undeclared: the model may only call tools the agent declared.
+} else := deny("undeclared", sprintf("tool %s is not declared in this request; call one of the declared tools", [input.tool.name]), true) if {
 	input.tool.declared == false
 
 	# Rule invalid_arguments: arguments that failed schema validation. The argument lockdown
