@@ -1,5 +1,6 @@
-"""The shipped `decision` chain starts with two shortcuts (a read-only tool; a side-effecting
-tool without thresholds), each one branch where the chain would try a dozen. A shortcut may
+"""The shipped `decision` chain starts with three shortcuts (a read-only tool; a side-effecting
+tool without thresholds; an unlisted tool allowed as such), each one branch where the chain
+would try a dozen or more. A shortcut may
 only match where the chain itself gives the same value: these compare the shipped library with
 the same library without its shortcuts, on generated tool settings and inputs (odd values
 included: `false`, `null` and strings where the chain reads a setting), on regorus and on
@@ -67,16 +68,19 @@ SETTINGS = st.lists(st.sampled_from(sorted(SETTING_VALUES)), max_size=3, unique=
 )
 # The shortcuts' own cases, half the time: read-only or side-effecting, maybe with one more key.
 COMMON = st.builds(lambda side_effects, more: {**more, "side_effects": side_effects}, st.booleans(), SETTINGS)
-ENTRY = COMMON | SETTINGS | st.sampled_from([None, False, [], "t"])  # None: the tool has no entry
+ENTRY = COMMON | SETTINGS | st.none() | st.sampled_from([False, [], "t"])  # None: the tool has no entry
+UNLISTED_DEFAULT = {"side_effects": True, "repeatable": False, "allow": True}  # as `builtin` ships it
+NO_TOOLS = object()  # data without a `tools` object at all
 DATA = st.builds(
     lambda entry, unlisted: {
         "sidecar": {
-            "tools": {} if entry is None else {"t": entry},
+            **({} if entry is NO_TOOLS else {"tools": {} if entry is None else {"t": entry}}),
             **({} if unlisted is None else {"unlisted_tool": unlisted}),
         }
     },
-    ENTRY,
-    st.none() | SETTINGS,
+    ENTRY | st.just(NO_TOOLS),
+    # None: the rules' own default; else as shipped, maybe with a few settings changed
+    st.none() | st.builds(lambda more: {**UNLISTED_DEFAULT, **more}, SETTINGS) | SETTINGS,
 )
 ABSENT = object()  # a field left out of the input
 
@@ -132,7 +136,7 @@ def test_the_reference_is_the_chain_without_its_shortcuts() -> None:
     assert FIRST not in REFERENCE and CHAIN not in REFERENCE
     assert 'decision := deny("undeclared",' in REFERENCE
     assert REFERENCE.count("\ndecision :=") == 1 and SHIPPED.count("\ndecision :=") == 1
-    assert len(SHIPPED) - len(REFERENCE) > 500  # both shortcuts went
+    assert len(SHIPPED) - len(REFERENCE) > 1000  # the three shortcuts went
 
 
 PLAIN_INPUT = {
@@ -146,18 +150,23 @@ PLAIN_INPUT = {
 
 
 @pytest.mark.parametrize(
-    ("entry", "rule"),
+    ("data", "rule"),
     [
-        ({"side_effects": False}, "read_only"),
-        ({"side_effects": False, "repeatable": True, "max_result_bytes": 100}, "read_only"),
-        ({"side_effects": True}, "within_limits"),
-        ({}, "within_limits"),
-        ({"side_effects": True, "repeatable": True}, "within_limits"),
+        ({"sidecar": {"tools": {"t": {"side_effects": False}}}}, "read_only"),
+        (
+            {"sidecar": {"tools": {"t": {"side_effects": False, "repeatable": True, "max_result_bytes": 9}}}},
+            "read_only",
+        ),
+        ({"sidecar": {"tools": {"t": {"side_effects": True}}}}, "within_limits"),
+        ({"sidecar": {"tools": {"t": {}}}}, "within_limits"),
+        ({"sidecar": {"tools": {"t": {"side_effects": True, "repeatable": True}}}}, "within_limits"),
+        ({"sidecar": {"tools": {}, "unlisted_tool": UNLISTED_DEFAULT}}, "unlisted"),
+        ({"sidecar": {"tools": {"other": {}}, "unlisted_tool": {"side_effects": True}}}, "unlisted"),
+        ({"sidecar": {"unlisted_tool": {}}}, "unlisted"),
     ],
 )
-def test_the_shortcuts_decide_the_common_cases(entry: dict[str, Any], rule: str) -> None:
+def test_the_shortcuts_decide_the_common_cases(data: dict[str, Any], rule: str) -> None:
     """Not only equal: the shortcut itself answers these (the chain proper is never tried)."""
-    data = {"sidecar": {"tools": {"t": entry}}}
     answer = Regorus(SHORTCUTS).decide(data, PLAIN_INPUT)
     assert answer != "chain" and answer["rule"] == rule
     assert answer == REFERENCE_ENGINE.decide(data, PLAIN_INPUT)
@@ -172,13 +181,29 @@ def test_the_shortcuts_decide_the_common_cases(entry: dict[str, Any], rule: str)
         {"side_effects": False, "hidden": False},
         {"side_effects": True, "approval": None},
         {"side_effects": True, "blocked_recipients": {}},
+        {"side_effects": True, "max_calls_per_session": 0},
+        {"side_effects": True, "hidden": True},
     ],
 )
 def test_a_setting_the_chain_reads_sends_the_call_down_the_chain(entry: dict[str, Any]) -> None:
     """A setting present, even false or null, is left to the chain: `max_calls_per_session:
-    false` limits there (a number sorts after false)."""
-    data = {"sidecar": {"tools": {"t": entry}}}
+    false` limits there (a number sorts after false). The same for the unlisted-tool settings."""
+    assert Regorus(SHORTCUTS).decide({"sidecar": {"tools": {"t": entry}}}, PLAIN_INPUT) == "chain"
+    unlisted = {"sidecar": {"tools": {}, "unlisted_tool": {**UNLISTED_DEFAULT, **entry}}}
+    assert Regorus(SHORTCUTS).decide(unlisted, PLAIN_INPUT) == "chain"
+
+
+def test_without_unlisted_tool_settings_the_chain_decides() -> None:
+    """The shortcut reads data.sidecar.unlisted_tool itself; the rules' own default is the chain's."""
+    data: dict[str, Any] = {"sidecar": {"tools": {}}}
     assert Regorus(SHORTCUTS).decide(data, PLAIN_INPUT) == "chain"
+    assert SHIPPED_ENGINE.decide(data, PLAIN_INPUT)["rule"] == "unlisted"
+
+
+def test_unlisted_tools_denied_by_their_settings_go_down_the_chain() -> None:
+    data = {"sidecar": {"tools": {}, "unlisted_tool": {**UNLISTED_DEFAULT, "allow": False}}}
+    assert Regorus(SHORTCUTS).decide(data, PLAIN_INPUT) == "chain"
+    assert REFERENCE_ENGINE.decide(data, PLAIN_INPUT)["rule"] == "unlisted_denied"
 
 
 @settings(max_examples=1500, deadline=None)  # equivalence, not timing
