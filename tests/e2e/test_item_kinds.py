@@ -17,6 +17,7 @@ from aiohttp import web
 from sidecar.policy.sources import init_directory
 from sidecar.scripted import ToolCallSpec, Turn
 from tests.e2e.clients import anthropic_client, openai_client
+from tests.helpers.policies import first_decision_branch
 from tests.helpers.serve import serve, sse_response
 
 STREAM = pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -168,7 +169,7 @@ async def test_anthropic_defined_client_tools_are_declarations(model, sidecar, s
 
 
 def _policy(tmp_path: Path, rego: str) -> str:
-    """The packaged library plus one extra rule file (a package of its own, consulted first)."""
+    """The packaged library with `rego` as the first branch of its decision chain."""
     directory = tmp_path / "policy"
     init_directory(directory)
     data = json.loads((directory / "data.json").read_text())
@@ -176,7 +177,7 @@ def _policy(tmp_path: Path, rego: str) -> str:
     (directory / "data.json").write_text(json.dumps(data))
     rules = directory / "sidecar.rego"
     source = rules.read_text()
-    rules.write_text(source.replace('decision := deny("undeclared"', rego + '\n} else := deny("undeclared"', 1))
+    rules.write_text(first_decision_branch(source, rego))
     return str(directory)
 
 

@@ -17,6 +17,7 @@ from aiohttp import web
 from sidecar.policy.sources import init_directory
 from sidecar.scripted import ToolCallSpec, Turn
 from tests.e2e.clients import openai_client
+from tests.helpers.policies import first_decision_branch
 from tests.helpers.serve import serve
 
 DECLARED = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
@@ -53,8 +54,8 @@ def _denying(tmp_path: Path) -> str:
     directory = tmp_path / "deny-wire"
     init_directory(directory)
     rules = directory / "sidecar.rego"
-    rule = 'decision := deny("no_wire", "wire_money is off", true) if {\n\tinput.tool.name == "wire_money"\n} else := '
-    rules.write_text(rules.read_text().replace('decision := deny("undeclared"', rule + 'deny("undeclared"', 1))
+    rule = 'decision := deny("no_wire", "wire_money is off", true) if {\n\tinput.tool.name == "wire_money"'
+    rules.write_text(first_decision_branch(rules.read_text(), rule))
     return str(directory)
 
 
