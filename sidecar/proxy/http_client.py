@@ -204,6 +204,10 @@ class _Connection(asyncio.Protocol):
 
     # -- flow control and life -----------------------------------------------------------------
 
+    def reusable(self, now: float) -> bool:
+        """Open, and idle for less than `KEEPALIVE_S` (kept in the pool since `idle_since`)."""
+        return not self.closed and now - self.idle_since < KEEPALIVE_S
+
     def pause(self) -> None:
         if not self._paused and self.transport is not None:
             self._paused = True
@@ -619,7 +623,7 @@ class ClientPool:
             now = asyncio.get_running_loop().time()
             while idle:
                 connection = idle.pop()
-                if not connection.closed and now - connection.idle_since < KEEPALIVE_S:
+                if connection.reusable(now):
                     return connection, True
                 connection.close()
         return await self._connect(url), False
@@ -665,12 +669,12 @@ class ClientPool:
         for origin, idle in list(self._idle.items()):
             kept = []
             for connection in idle:
-                if connection.closed or now - connection.idle_since >= KEEPALIVE_S:
+                if not connection.reusable(now):
                     connection.close()
-                else:
-                    kept.append(connection)
-                    expires = connection.idle_since + KEEPALIVE_S
-                    due = expires if due is None else min(due, expires)
+                    continue
+                kept.append(connection)
+                expires = connection.idle_since + KEEPALIVE_S
+                due = expires if due is None else min(due, expires)
             if kept:
                 self._idle[origin] = kept
             else:

@@ -1,27 +1,27 @@
 """The shipped `decision` chain starts with three shortcuts (a read-only tool; a side-effecting
 tool without thresholds; an unlisted tool allowed as such), each one branch where the chain
-would try a dozen or more. A shortcut may
-only match where the chain itself gives the same value: these compare the shipped library with
-the same library without its shortcuts, on generated tool settings and inputs (odd values
-included: `false`, `null` and strings where the chain reads a setting), on regorus and on
-OPA's own evaluator."""
+would try a dozen or more. A shortcut may only match where the chain itself gives the same
+value: these compare the shipped library with the same library without its shortcuts, on
+generated tool settings and inputs (odd values included: `false`, `null` and strings where the
+chain reads a setting), on regorus (through the sidecar's own wrapper) and on OPA's own
+evaluator."""
 
 from __future__ import annotations
 
 from types import ModuleType
 from typing import Any
 
-import orjson
 import pytest
-import regorus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar.policy._regorus import Engine
+from sidecar.policy.loader import DECISION, PolicyBundle
 from sidecar.policy.sources import LIBRARY
+from tests.helpers.opa_go import OpaGoEngine
 
 SHIPPED = (LIBRARY / "rules" / "sidecar.rego").read_text()
-DECISION = "data.sidecar.decision"
-# The shortcuts are the chain's first two branches; the chain proper starts at `undeclared`
+# The shortcuts are the chain's first three branches; the chain proper starts at `undeclared`
 # and ends with `within_limits`.
 FIRST = 'decision := {"allow": true, "reasons": [sprintf("%s is read-only"'
 CHAIN = '} else := deny("undeclared",'
@@ -115,21 +115,22 @@ INPUT = st.builds(
 )
 
 
-class Regorus:
-    """One regorus engine per library text; data and input set per question."""
+class Library:
+    """One library text compiled once, each question asked of a copy with its own data and
+    input (the sidecar's regorus wrapper: undefined is `UNDEFINED`)."""
 
     def __init__(self, text: str) -> None:
-        self.engine = regorus.Engine()
-        self.engine.add_policy("sidecar.rego", text)
+        self.compiled = Engine()
+        self.compiled.add_policy("sidecar.rego", text)
 
     def decide(self, data: dict[str, Any], document: dict[str, Any]) -> Any:
-        self.engine.clear_data()
-        self.engine.add_data_json(orjson.dumps(data).decode())
-        self.engine.set_input_json(orjson.dumps(document).decode())
-        return self.engine.eval_rule(DECISION)  # None: undefined
+        engine = self.compiled.clone()
+        engine.add_data(data)
+        engine.set_input(document)
+        return engine.eval_rule(DECISION)
 
 
-SHIPPED_ENGINE, REFERENCE_ENGINE = Regorus(SHIPPED), Regorus(REFERENCE)
+SHIPPED_ENGINE, REFERENCE_ENGINE, SHORTCUTS_ENGINE = Library(SHIPPED), Library(REFERENCE), Library(SHORTCUTS)
 
 
 def test_the_reference_is_the_chain_without_its_shortcuts() -> None:
@@ -167,7 +168,7 @@ PLAIN_INPUT = {
 )
 def test_the_shortcuts_decide_the_common_cases(data: dict[str, Any], rule: str) -> None:
     """Not only equal: the shortcut itself answers these (the chain proper is never tried)."""
-    answer = Regorus(SHORTCUTS).decide(data, PLAIN_INPUT)
+    answer = SHORTCUTS_ENGINE.decide(data, PLAIN_INPUT)
     assert answer != "chain" and answer["rule"] == rule
     assert answer == REFERENCE_ENGINE.decide(data, PLAIN_INPUT)
 
@@ -188,21 +189,21 @@ def test_the_shortcuts_decide_the_common_cases(data: dict[str, Any], rule: str) 
 def test_a_setting_the_chain_reads_sends_the_call_down_the_chain(entry: dict[str, Any]) -> None:
     """A setting present, even false or null, is left to the chain: `max_calls_per_session:
     false` limits there (a number sorts after false). The same for the unlisted-tool settings."""
-    assert Regorus(SHORTCUTS).decide({"sidecar": {"tools": {"t": entry}}}, PLAIN_INPUT) == "chain"
+    assert SHORTCUTS_ENGINE.decide({"sidecar": {"tools": {"t": entry}}}, PLAIN_INPUT) == "chain"
     unlisted = {"sidecar": {"tools": {}, "unlisted_tool": {**UNLISTED_DEFAULT, **entry}}}
-    assert Regorus(SHORTCUTS).decide(unlisted, PLAIN_INPUT) == "chain"
+    assert SHORTCUTS_ENGINE.decide(unlisted, PLAIN_INPUT) == "chain"
 
 
 def test_without_unlisted_tool_settings_the_chain_decides() -> None:
     """The shortcut reads data.sidecar.unlisted_tool itself; the rules' own default is the chain's."""
     data: dict[str, Any] = {"sidecar": {"tools": {}}}
-    assert Regorus(SHORTCUTS).decide(data, PLAIN_INPUT) == "chain"
+    assert SHORTCUTS_ENGINE.decide(data, PLAIN_INPUT) == "chain"
     assert SHIPPED_ENGINE.decide(data, PLAIN_INPUT)["rule"] == "unlisted"
 
 
 def test_unlisted_tools_denied_by_their_settings_go_down_the_chain() -> None:
     data = {"sidecar": {"tools": {}, "unlisted_tool": {**UNLISTED_DEFAULT, "allow": False}}}
-    assert Regorus(SHORTCUTS).decide(data, PLAIN_INPUT) == "chain"
+    assert SHORTCUTS_ENGINE.decide(data, PLAIN_INPUT) == "chain"
     assert REFERENCE_ENGINE.decide(data, PLAIN_INPUT)["rule"] == "unlisted_denied"
 
 
@@ -214,15 +215,11 @@ def test_regorus_decides_as_the_chain_without_shortcuts(data: dict[str, Any], do
 
 def _opa_decide(bindings: ModuleType, text: str, data: dict[str, Any], document: dict[str, Any]) -> Any:
     """A fresh engine per question: OPA's `add_data` merges into what is there."""
-    engine = bindings.OpaEngine()
+    engine = OpaGoEngine(bindings, PolicyBundle(None, (("sidecar.rego", text),), data, "test"))
     try:
-        engine.add_policy("sidecar.rego", text)
-        engine.add_data(data)
-        return engine.eval_document("sidecar.decision", document)
-    except bindings.OpaUndefinedError:
-        return None
+        return engine.value(DECISION, document)
     finally:
-        engine.close()
+        engine.opa.close()
 
 
 @settings(max_examples=200, deadline=None)  # equivalence, not timing

@@ -16,7 +16,7 @@ from sidecar.model import Provider
 from sidecar.proxy.upstream import Upstreams
 from tests.helpers.serve import serve
 
-# Far beyond the reader's high-water marks (128 KiB, 4,096 chunks): reading must pause and resume.
+# 700 KB in 9,000 chunks, beyond the client's HIGH_WATER (256 KiB): a slow reader pauses the socket.
 CHUNKS = [b'data: {"n": %d, "pad": "%s"}\n\n' % (i, b"x" * (i % 97)) for i in range(9000)]
 WHOLE = b"".join(CHUNKS)
 
