@@ -315,10 +315,12 @@ schema_reason := sprintf("tool %s is declared with schema %v, but the policy pin
 # `max_calls_per_session: false` or `null` still limits in the chain, because a number sorts
 # after both. Measured in a loop (regorus `eval_rule`, the benchmark's 50 tools, alternated
 # with the chain alone): read_only 23.5 -> 14.3 us, within_limits 30.4 -> 17.7, unlisted
-# 33.5 -> 22.6; a decision they do not answer pays about 10 us for trying them (a replay
-# 25.4 -> 36.1). The values are written out rather than built with `allowed` (about 2 us),
-# and the unlisted shortcut reads `data.sidecar.unlisted_tool` itself: through
-# `tool_settings` it took 6 us more. Without that entry the chain decides, as before.
+# 33.5 -> 22.6; a decision they do not answer pays 10-22 us for trying them (a replay
+# 25.4 -> 36.1, an approval threshold 118.2 -> 135.7). The values are written out rather than
+# built with `allowed` (about 2 us), and so are the conditions the last two share (one helper
+# rule for their four input tests measured about 4 us slower); the unlisted shortcut reads
+# `data.sidecar.unlisted_tool` itself: through `tool_settings` it took 6 us more. Without that
+# entry the chain decides, as before.
 
 # Rule read_only, shortcut: as the read_only branch below.
 decision := {"allow": true, "reasons": [sprintf("%s is read-only", [input.tool.name])], "require_approval": null, "retryable": false, "rule": "read_only"} if {
