@@ -394,6 +394,10 @@ class EmbeddedEngine(_Interpreting):
             raise PolicyLoadError(f"no policy loaded: {self._error}")
         if rule not in compiled.defined:
             return UNDEFINED
+        if rule == DECISION and compiled.shortcuts is not None:
+            answer = compiled.shortcuts.decision(input)  # the shipped rules' shortcuts, in Python
+            if answer is not None:
+                return answer
         read = self._read_part(compiled, rule, input)
         compiled.engine.set_input_json(orjson.dumps(input if read is None else read))
         return compiled.engine.eval_rule(rule)

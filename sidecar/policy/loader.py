@@ -27,6 +27,7 @@ from typing import Any, Final
 import orjson
 
 from sidecar.policy._regorus import UNDEFINED, Engine, RegoError, is_fatal
+from sidecar.policy.shortcuts import LibraryShortcuts
 from sidecar.policy.sources import PolicyLoadError as PolicyLoadError
 from sidecar.policy.sources import resolve
 
@@ -186,6 +187,9 @@ class CompiledPolicy:
     # remembered), and (rule, the input so cut, as JSON) -> value.
     projectors: dict[str, Callable[[dict[str, Any]], dict[str, Any]] | None] = field(default_factory=dict)
     answers: dict[tuple[str, bytes], Any] = field(default_factory=dict)
+    # The shipped rules' shortcut decisions answered in Python (sidecar/policy/shortcuts.py):
+    # None unless this bundle's rules are the shipped ones, unchanged.
+    shortcuts: LibraryShortcuts | None = None
 
 
 def compile_bundle(bundle: PolicyBundle, *, require_decision: bool = True) -> CompiledPolicy:
@@ -231,7 +235,10 @@ def compile_bundle(bundle: PolicyBundle, *, require_decision: bool = True) -> Co
     if errors:
         raise PolicyLoadError("\n".join(errors))
     warnings = tuple(str(f) for f in findings if f.severity is Severity.WARNING)
-    return CompiledPolicy(bundle, engine, frozenset(defined), threading.get_ident(), time.time(), warnings)
+    shortcuts = LibraryShortcuts.for_policy(bundle.modules, bundle.data)
+    return CompiledPolicy(
+        bundle, engine, frozenset(defined), threading.get_ident(), time.time(), warnings, shortcuts=shortcuts
+    )
 
 
 def _rule_exists(engine: Engine, rule: str) -> bool:

@@ -248,12 +248,13 @@ async def test_a_remembered_answer_tells_an_absent_field_from_a_null_one(tmp_pat
 
 async def test_the_shipped_decision_gets_no_ids_and_decides_the_same() -> None:
     """The shipped library's call decision reaches regorus without the call's id, hash and
-    position or the session's id; the decision is the one the whole input gets."""
+    position or the session's id; the decision is the one the whole input gets. (A replay:
+    a first call of an unlisted tool is answered without regorus, sidecar/policy/shortcuts.py.)"""
     from sidecar.policy.loader import SAMPLE_CALL
 
     engine = EmbeddedEngine(settings(), None)
     try:
-        document = {**SAMPLE_CALL, "tool": {**SAMPLE_CALL["tool"], "name": "transfer"}}
+        document = {**SAMPLE_CALL, "tool": {**SAMPLE_CALL["tool"], "name": "transfer"}, "replay": {"count": 1}}
         compiled = engine._current()
         assert compiled is not None
         compiled.engine.set_input(document)
