@@ -120,14 +120,7 @@ class PolicyFilter(PolicyPhase):
     async def on_call(self, check: CallCheck) -> Verdict | None:
         if self.mode == "off":
             return None
-        document = await self.input_for(check)
-        started = time.perf_counter()
-        try:
-            decision = await self.engine.decide(document)
-        except Exception as exc:  # an engine bug must not break the request: on_error decides
-            log.exception("policy engine raised")
-            decision = error_decision(self.on_error, f"{type(exc).__name__}: {exc}")
-        seconds = time.perf_counter() - started
+        decision, seconds = await self._decide(check)
         self.metrics.policy_decision(decision.outcome, self.engine.name, seconds, check.exchange.path.value)
         check.policy_reasons = decision.reasons
         effective, shadow_refused = apply_mode(decision, self.mode)
@@ -155,8 +148,25 @@ class PolicyFilter(PolicyPhase):
         self._log(check, decision, "enforced")
         return verdict
 
-    async def input_for(self, check: CallCheck) -> dict[str, Any]:
-        """The `tool_call` input document (contract version 1) for one call."""
+    async def _decide(self, check: CallCheck) -> tuple[Decision, float]:
+        """The engine's decision and the seconds it took. The call's own fields first: an
+        engine that can answer from them alone (`quick_decision`) spares the rest of the input."""
+        fields = self.call_fields(check)
+        started = time.perf_counter()
+        try:
+            decision = self.engine.quick_decision(fields)
+            if decision is None:
+                document = await self.input_for(check, fields)
+                started = time.perf_counter()
+                decision = await self.engine.decide(document)
+        except Exception as exc:  # an engine bug must not break the request: on_error decides
+            log.exception("policy engine raised")
+            decision = error_decision(self.on_error, f"{type(exc).__name__}: {exc}")
+        return decision, time.perf_counter() - started
+
+    async def input_for(self, check: CallCheck, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The `tool_call` input document (contract version 1) for one call (`fields`: its
+        `call_fields`, when the caller has them)."""
         ex = check.exchange
         call = check.call
         total, by_tool = await self.session_counts(ex)
@@ -168,10 +178,20 @@ class PolicyFilter(PolicyPhase):
             for tool, n in tally.by_tool.items():
                 by_tool[tool] = by_tool.get(tool, 0) + n
             total += sum(tally.by_tool.values())
+        document = self.input_base(ex, "tool_call", (total, by_tool))
+        document.update(self.call_fields(check) if fields is None else fields)
+        return document
+
+    @staticmethod
+    def call_fields(check: CallCheck) -> dict[str, Any]:
+        """The input's fields about the call itself: `tool`, `call`, `validation`, `replay`,
+        `approval`."""
+        ex = check.exchange
+        call = check.call
         server = not call.kind.runs_on_client
         declaration = None if server else ex.view.declarations.get(call.name)
         validation = check.validation
-        document = self.input_base(ex, "tool_call", (total, by_tool))
+        document: dict[str, Any] = {}
         document["tool"] = {
             "name": call.name,
             "declared": call.name in ex.view.server_tools if server else declaration is not None,

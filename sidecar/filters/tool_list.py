@@ -34,10 +34,14 @@ class ToolListFilter(PolicyPhase):
         declared = exchange.view.declarations
         if self.mode == "off" or not declared:
             return
-        document = self.input_base(exchange, "tool_list", await self.session_counts(exchange))
-        document["tools"] = list(declared)
+        names = list(declared)
         started = time.perf_counter()
-        visible = await self.engine.visible_tools(document)
+        visible = self.engine.quick_visible_tools(names)  # from the names alone, when it can
+        if visible is None:
+            document = self.input_base(exchange, "tool_list", await self.session_counts(exchange))
+            document["tools"] = names
+            started = time.perf_counter()
+            visible = await self.engine.visible_tools(document)
         self.metrics.policy_evaluated(self.engine.name, time.perf_counter() - started)
         if visible is None:
             return

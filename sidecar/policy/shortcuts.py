@@ -7,6 +7,9 @@ three branches, one per common answer, for a declared call with valid arguments:
 - `within_limits`: a listed side-effecting tool, no replay, no approval;
 - `unlisted`: a tool without an entry, when `data.sidecar.unlisted_tool` allows it as such.
 
+The rules' `visible_tools` (the declared names, minus those whose entry says `hidden: true`)
+is answered here too, from the declared names alone.
+
 Each reads a few input fields and the tool's settings, and requires that the settings hold no
 key any earlier branch of the chain reads. Asking regorus for one costs a decision 30-50 us
 (the input written as JSON and parsed, the rule evaluated, its value read back); the same
@@ -82,6 +85,7 @@ class LibraryShortcuts:
 
     listed: dict[str, Shortcut]  # every tool with an entry other than `false`
     unlisted: Shortcut  # for a tool without one: UNLISTED or NONE
+    hidden: frozenset[str]  # the tools whose entry says `hidden: true` (`visible_tools`)
 
     @classmethod
     def for_policy(cls, modules: tuple[tuple[str, str], ...], data: dict[str, Any]) -> LibraryShortcuts | None:
@@ -96,7 +100,15 @@ class LibraryShortcuts:
         # An entry `false` reads as no entry in the unlisted shortcut (`not data.sidecar.tools[name]`).
         listed = {name: _listed(settings) for name, settings in tools.items() if settings is not False}
         unlisted = Shortcut.UNLISTED if _unlisted_allowed(sidecar.get("unlisted_tool")) else Shortcut.NONE
-        return cls(listed, unlisted)
+        hidden = frozenset(name for name, s in tools.items() if type(s) is dict and s.get("hidden") is True)
+        return cls(listed, unlisted, hidden)
+
+    def visible_tools(self, names: list[str]) -> list[str]:
+        """The rules' `visible_tools` for these declared names: each, unless its entry says
+        `hidden: true` (`not data.sidecar.tools[name].hidden == true`). Unordered and without
+        repeats, as the rules' set is."""
+        hidden = self.hidden
+        return list(dict.fromkeys(name for name in names if name not in hidden))
 
     def decision(self, input: dict[str, Any]) -> dict[str, Any] | None:
         """The rules' decision when a shortcut answers `input`, else None (ask regorus)."""

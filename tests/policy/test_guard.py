@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -176,3 +177,45 @@ async def test_result_decisions_from_matched_records() -> None:
         return float(metrics.policy_decisions.labels(decision, "model")._value.get())
 
     assert (count("allow"), count("deny")) == (2, 1)  # r1 had nothing to say
+
+
+class _InputBuilt(AssertionError):
+    pass
+
+
+def _plain_check(tool: str, replay_count: int = 0) -> CallCheck:
+    call = ToolCall("toolu_1", tool, {"amount": 1.0}, '{"amount": 1.0}', index=0)
+    check = CallCheck(call, _exchange(tool), parallel=1)
+    check.validation = Verdict.allow()
+    check.replay.count = replay_count
+    return check
+
+
+async def test_a_call_a_shortcut_answers_is_decided_without_the_whole_input(monkeypatch: Any) -> None:
+    """The shipped rules' shortcuts read the call's own fields: session counts, agent and time
+    are not built for them (`quick_decision`)."""
+    guard, metrics = _setup(policies="builtin")
+
+    async def whole_input(*args: Any) -> dict[str, Any]:
+        raise _InputBuilt
+
+    monkeypatch.setattr(guard, "input_for", whole_input)
+    check = _plain_check("any_tool")
+    assert await guard.on_call(check) is None
+    assert check.policy_reasons == ["any_tool has no entry in the policy data; allowed as an unlisted tool"]
+    metrics.settle()
+    assert metrics.policy_decisions.labels("allow", "model")._value.get() == 1
+    # A replay is the chain's (no shortcut answers it): the whole input is built.
+    assert (await guard.on_call(_plain_check("any_tool", replay_count=1))) is not None  # the error, denied
+
+
+async def test_a_decision_log_gets_the_whole_input_of_every_call(tmp_path: Any) -> None:
+    log_file = tmp_path / "decisions.jsonl"
+    guard, _ = _setup(policies="builtin", policy={"decision_log": {"path": str(log_file)}})
+    assert guard.engine.quick_decision(PolicyFilter.call_fields(_plain_check("any_tool"))) is None
+    assert await guard.on_call(_plain_check("any_tool")) is None
+    await guard.engine.close()
+    [line] = log_file.read_text().splitlines()
+    recorded = orjson.loads(line)
+    assert recorded["input"]["session"]["id"] == "sess-1" and recorded["input"]["agent"]["id"] == "agent-7"
+    assert recorded["decision"]["rule"] == "unlisted"

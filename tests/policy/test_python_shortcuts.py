@@ -13,11 +13,20 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from multidict import CIMultiDict
+from yarl import URL
 
-from sidecar.config import PolicySettings
+from sidecar.config import PolicySettings, load_settings
+from sidecar.dialects import ANTHROPIC
+from sidecar.exchange.state import Exchange
+from sidecar.filters.tool_list import ToolListFilter
+from sidecar.model import Provider, RequestView, ToolDeclaration
+from sidecar.policy import build_engine
 from sidecar.policy.engine import EmbeddedEngine
+from sidecar.policy.loader import VISIBLE_TOOLS
 from sidecar.policy.shortcuts import LibraryShortcuts, Shortcut
 from sidecar.policy.sources import LIBRARY, init_directory
+from sidecar.telemetry.metrics import Metrics
 from tests.helpers.decision_cases import (
     DATA,
     INPUT,
@@ -219,3 +228,48 @@ def test_the_charts_policies_get_the_shortcuts(name: str) -> None:
     chart = Path(__file__).resolve().parents[2] / "helm" / "agent-sidecar" / "files" / "policies" / name
     compiled = _engine(chart)._current()
     assert compiled is not None and compiled.shortcuts is not None
+
+
+@settings(max_examples=600, deadline=None)  # equivalence, not timing
+@given(DATA, st.lists(st.sampled_from(["t", "u"]), max_size=4))
+def test_visible_tools_as_the_rules_give_them(data: dict[str, Any], names: list[str]) -> None:
+    shortcuts = LibraryShortcuts.for_policy(RULES, data)
+    assert shortcuts is not None
+    engine = SHIPPED_ENGINE.compiled.clone()
+    engine.add_data(data)
+    engine.set_input({"tools": names})
+    assert sorted(shortcuts.visible_tools(names)) == engine.eval_rule(VISIBLE_TOOLS)
+
+
+def _exchange_declaring(*names: str) -> Exchange:
+    tools = [{"name": name, "input_schema": {"type": "object"}} for name in names]
+    view = RequestView(model="m", declarations={n: ToolDeclaration.create(n, {"type": "object"}) for n in names})
+    body = {"model": "m", "tools": tools, "messages": []}
+    return Exchange("x1", Provider.ANTHROPIC, ANTHROPIC, "sess-1", view, body, URL("http://u"), CIMultiDict())
+
+
+@pytest.mark.parametrize("entry", [{"hidden": True}, {"hidden": "true"}, {"hidden": 1}, {"hidden": None}, None, False])
+def test_only_hidden_true_hides(entry: Any) -> None:
+    data = {"sidecar": {"tools": {"t": entry}}}
+    shortcuts = LibraryShortcuts.for_policy(RULES, data)
+    assert shortcuts is not None
+    engine = SHIPPED_ENGINE.compiled.clone()
+    engine.add_data(data)
+    engine.set_input({"tools": ["t", "u"]})
+    assert sorted(shortcuts.visible_tools(["t", "u"])) == engine.eval_rule(VISIBLE_TOOLS)
+
+
+async def test_the_tool_list_is_answered_from_the_names_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the shipped rules the tool-list filter builds no input document (session counts,
+    agent, time) and asks no engine: the hidden tool goes all the same."""
+    settings = load_settings(flags={"policies": str(_policy(tmp_path / "p", SHIPPED, {"secret": {"hidden": True}}))})
+    tool_list = ToolListFilter(settings, build_engine(settings.policy, settings.policies), Metrics())
+
+    def no_input(*args: Any) -> dict[str, Any]:
+        raise AssertionError("the input was built")
+
+    monkeypatch.setattr(tool_list, "input_base", no_input)
+    ex = _exchange_declaring("read", "secret")
+    await tool_list.on_request(ex)
+    assert list(ex.view.declarations) == ["read"] and ex.hidden_tools == ["secret"]
+    assert [tool["name"] for tool in ex.request["tools"]] == ["read"]
