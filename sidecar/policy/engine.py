@@ -469,10 +469,10 @@ class EmbeddedEngine(_Interpreting):
 
     def quick_decision(self, call: dict[str, Any]) -> Decision | None:
         """A shortcut's answer (sidecar/policy/shortcuts.py): they read the call's own fields
-        only, so the caller need not build the rest of the input (session, agent, time: about
-        a third of a call's policy work once the shortcut answers in Python). None when the
-        rules are not the shipped ones, when no shortcut answers, and when a decision log is
-        configured: its line records the whole input."""
+        only, so the caller need not build the rest of the input (session counts, agent, time;
+        skipping it counted 1.9% fewer instructions per whole reply, bench/README.md). None
+        when the rules are not the shipped ones, when no shortcut answers, and when a decision
+        log is configured: its line records the whole input."""
         self._start_watcher()
         compiled = self._current()
         if compiled is None or compiled.shortcuts is None or self.decision_log is not None:
