@@ -155,7 +155,7 @@ class PolicyFilter(PolicyPhase):
         started = time.perf_counter()
         try:
             decision = self.engine.quick_decision(fields)
-            if decision is None:
+            if decision is None:  # `decide` tries the shortcuts again: a few dict reads, then regorus
                 document = await self.input_for(check, fields)
                 started = time.perf_counter()
                 decision = await self.engine.decide(document)

@@ -37,6 +37,7 @@ from sidecar.policy.loader import (
     read_bundle,
 )
 from sidecar.policy.reads import ReadsAnalysis, projector
+from sidecar.policy.shortcuts import LibraryShortcuts
 from sidecar.policy.sources import resolve
 
 log = logging.getLogger("sidecar.policy")
@@ -473,20 +474,22 @@ class EmbeddedEngine(_Interpreting):
         skipping it counted 1.9% fewer instructions per whole reply, bench/README.md). None
         when the rules are not the shipped ones, when no shortcut answers, and when a decision
         log is configured: its line records the whole input."""
-        self._start_watcher()
-        compiled = self._current()
-        if compiled is None or compiled.shortcuts is None or self.decision_log is not None:
+        shortcuts = self._shortcuts()
+        if shortcuts is None or self.decision_log is not None:
             return None
-        value = compiled.shortcuts.decision(call)
+        value = shortcuts.decision(call)
         return None if value is None else decision_from_value(value)
 
     def quick_visible_tools(self, names: list[str]) -> list[str] | None:
         """The shipped rules' `visible_tools` reads `input.tools` alone (shortcuts.py)."""
+        shortcuts = self._shortcuts()
+        return None if shortcuts is None else shortcuts.visible_tools(names)
+
+    def _shortcuts(self) -> LibraryShortcuts | None:
+        """The policy in force's Python shortcuts (None: not the shipped rules, or no policy)."""
         self._start_watcher()
         compiled = self._current()
-        if compiled is None or compiled.shortcuts is None:
-            return None
-        return compiled.shortcuts.visible_tools(names)
+        return None if compiled is None else compiled.shortcuts
 
     def _revision(self) -> str | None:
         compiled = self._compiled

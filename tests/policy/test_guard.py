@@ -195,18 +195,24 @@ async def test_a_call_a_shortcut_answers_is_decided_without_the_whole_input(monk
     """The shipped rules' shortcuts read the call's own fields: session counts, agent and time
     are not built for them (`quick_decision`)."""
     guard, metrics = _setup(policies="builtin")
+    built: list[CallCheck] = []
 
-    async def whole_input(*args: Any) -> dict[str, Any]:
+    async def whole_input(check: CallCheck, *args: Any) -> dict[str, Any]:
+        built.append(check)
         raise _InputBuilt
 
     monkeypatch.setattr(guard, "input_for", whole_input)
     check = _plain_check("any_tool")
     assert await guard.on_call(check) is None
     assert check.policy_reasons == ["any_tool has no entry in the policy data; allowed as an unlisted tool"]
+    assert built == []
     metrics.settle()
     assert metrics.policy_decisions.labels("allow", "model")._value.get() == 1
-    # A replay is the chain's (no shortcut answers it): the whole input is built.
-    assert (await guard.on_call(_plain_check("any_tool", replay_count=1))) is not None  # the error, denied
+    # A replay is the chain's (no shortcut answers it): the whole input is built (here it
+    # raises, so on_error refuses the call).
+    replay = _plain_check("any_tool", replay_count=1)
+    assert await guard.on_call(replay) is not None
+    assert built == [replay]
 
 
 async def test_a_decision_log_gets_the_whole_input_of_every_call(tmp_path: Any) -> None:

@@ -230,15 +230,20 @@ def test_the_charts_policies_get_the_shortcuts(name: str) -> None:
     assert compiled is not None and compiled.shortcuts is not None
 
 
+def regorus_visible_tools(data: dict[str, Any], names: list[str]) -> Any:
+    """The shipped rules' `visible_tools` for these names, as regorus gives it (sorted)."""
+    engine = SHIPPED_ENGINE.compiled.clone()
+    engine.add_data(data)
+    engine.set_input({"tools": names})
+    return engine.eval_rule(VISIBLE_TOOLS)
+
+
 @settings(max_examples=600, deadline=None)  # equivalence, not timing
 @given(DATA, st.lists(st.sampled_from(["t", "u"]), max_size=4))
 def test_visible_tools_as_the_rules_give_them(data: dict[str, Any], names: list[str]) -> None:
     shortcuts = LibraryShortcuts.for_policy(RULES, data)
     assert shortcuts is not None
-    engine = SHIPPED_ENGINE.compiled.clone()
-    engine.add_data(data)
-    engine.set_input({"tools": names})
-    assert sorted(shortcuts.visible_tools(names)) == engine.eval_rule(VISIBLE_TOOLS)
+    assert sorted(shortcuts.visible_tools(names)) == regorus_visible_tools(data, names)
 
 
 def _exchange_declaring(*names: str) -> Exchange:
@@ -253,10 +258,7 @@ def test_only_hidden_true_hides(entry: Any) -> None:
     data = {"sidecar": {"tools": {"t": entry}}}
     shortcuts = LibraryShortcuts.for_policy(RULES, data)
     assert shortcuts is not None
-    engine = SHIPPED_ENGINE.compiled.clone()
-    engine.add_data(data)
-    engine.set_input({"tools": ["t", "u"]})
-    assert sorted(shortcuts.visible_tools(["t", "u"])) == engine.eval_rule(VISIBLE_TOOLS)
+    assert sorted(shortcuts.visible_tools(["t", "u"])) == regorus_visible_tools(data, ["t", "u"])
 
 
 async def test_the_tool_list_is_answered_from_the_names_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
