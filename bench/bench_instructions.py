@@ -51,7 +51,6 @@ import time
 from pathlib import Path
 
 from proxybench.ablated import ABLATIONS
-from proxybench.bodies import HEADERS, body_bytes
 from proxybench.load import Request, closed_loop
 from proxybench.procs import Service, Services
 from proxybench.report import FORWARDER, SCENARIOS, SIDECAR, Scenario
@@ -123,7 +122,7 @@ async def count(
 ) -> float:
     """Instructions per request of one target in one scenario (see the module docstring);
     `without` names a part of the sidecar's request path to take away (`proxybench.ablated`)."""
-    request = Request(scenario.api, scenario.stream, body_bytes(scenario.api, scenario.stream), HEADERS[scenario.api])
+    request = Request.benchmark(scenario.api, scenario.stream)
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
         workdir = Path(tmp)
         out = workdir / "callgrind.out"

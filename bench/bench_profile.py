@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxybench.bodies import HEADERS, Api, body_bytes
+from proxybench.bodies import Api
 from proxybench.load import Request, Series, closed_loop
 from proxybench.targets import mock_and_sidecar
 
@@ -121,7 +121,7 @@ async def sample(
     api: Api, stream: bool, concurrency: int, seconds: float, rate: int, blocking: bool
 ) -> tuple[str, Series]:
     """py-spy's raw output for `seconds` of load on a fresh sidecar, and the load it measured."""
-    request = Request(api, stream, body_bytes(api, stream), HEADERS[api])
+    request = Request.benchmark(api, stream)
     executable = py_spy()
     async with mock_and_sidecar("bench-profile-", "builtin") as (_, sidecar):
         url = sidecar.url + api.value

@@ -44,7 +44,7 @@ from bench_policy import embedded_p50_us
 from bench_sessions import TARGET_SESSIONS, rss_after_sessions
 from bench_validation import valid_call_median_us
 from proxybench import report
-from proxybench.bodies import HEADERS, Api, body_bytes, check_turn
+from proxybench.bodies import Api, check_turn
 from proxybench.load import Request, Series, closed_loop, interleaved
 from proxybench.paced import per_event
 from proxybench.preflight import PreflightError, check_sidecar_metrics, check_target
@@ -145,7 +145,7 @@ async def measure(targets: dict[str, Service], plan: Plan) -> list[Measured]:
     out: list[Measured] = []
     for scenario in SCENARIOS:
         api = scenario.api
-        request = Request(api, scenario.stream, body_bytes(api, scenario.stream), HEADERS[api])
+        request = Request.benchmark(api, scenario.stream)
         url_of = {name: f"{base}{api.value}" for name, base in urls.items()}
         c1 = await interleaved(url_of, request, plan.c1_n, plan.c1_max_s, plan.c1_warmup, cpus)
         _mock_share(c1)

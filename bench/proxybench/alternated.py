@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxybench.bodies import HEADERS, Api, body_bytes
+from proxybench.bodies import Api
 from proxybench.load import Request, closed_loop
 from proxybench.procs import Services
 from proxybench.targets import start_mock, start_sidecar
@@ -40,7 +40,7 @@ async def alternated(
 ) -> list[Rounds]:
     """Each command runs `sidecar` (None: the installed one; `start_sidecar`'s `command`); one
     `Rounds` per command, in order (a command may come twice)."""
-    request = Request(api, stream, body_bytes(api, stream), HEADERS[api])
+    request = Request.benchmark(api, stream)
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         workdir = Path(tmp)
         services = Services(workdir)

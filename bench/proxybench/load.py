@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from proxybench.bodies import Api
+from proxybench.bodies import HEADERS, Api, body_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,11 @@ class Request:
     stream: bool
     body: bytes
     headers: dict[str, str]
+
+    @classmethod
+    def benchmark(cls, api: Api, stream: bool) -> Request:
+        """The benchmark's request for `api`, whole or streamed (proxybench/bodies.py)."""
+        return cls(api, stream, body_bytes(api, stream), HEADERS[api])
 
     def ok(self, status: int, seen: bytes) -> bool:
         """A 200 whose stream ends with the end marker (`seen`: its tail), or whose whole body

@@ -96,14 +96,15 @@ def start_mock(services: Services) -> Service:
 
 @asynccontextmanager
 async def mock_and_sidecar(
-    prefix: str, policies: str, state: dict[str, object] | None = None
+    prefix: str, policies: str, state: dict[str, object] | None = None, command: list[str] | None = None
 ) -> AsyncIterator[tuple[Service, Service]]:
-    """The mock and one `sidecar run` in front of it, both ready; both stopped on the way out."""
+    """The mock and one `sidecar run` in front of it, both ready; both stopped on the way out.
+    `command`: what runs `sidecar` (`start_sidecar`'s)."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         services = Services(Path(tmp))
         try:
             mock = start_mock(services)
-            sidecar = start_sidecar(services, "sidecar", mock.url, Path(tmp), policies, state=state)
+            sidecar = start_sidecar(services, "sidecar", mock.url, Path(tmp), policies, state=state, command=command)
             await asyncio.gather(mock.wait_ready(), sidecar.wait_ready())
             yield mock, sidecar
         finally:
