@@ -79,6 +79,10 @@ class UpstreamAnswer(Protocol):
         """The next bytes of the body as they arrive; b"" at the end."""
         ...
 
+    def ready(self) -> bool:
+        """Whether `chunk()` returns without waiting for the upstream."""
+        ...
+
 
 class UpstreamPort(Protocol):
     def open(self, ex: Exchange, body: bytes) -> AbstractAsyncContextManager[UpstreamAnswer]:
@@ -96,7 +100,11 @@ class AgentPort(Protocol):
         (cleaned) headers."""
         ...
 
-    async def open_stream(self, upstream: UpstreamAnswer) -> None: ...
+    async def open_stream(self, upstream: UpstreamAnswer, head_waits: bool = False) -> None:
+        """Start the stream with `upstream`'s status and (cleaned) headers. The head is sent
+        now, or with `head_waits`, with the first `write` (one send instead of two): the caller
+        then writes, `write(b"")` at least, as soon as it has read what is at hand."""
+        ...
 
     async def write(self, data: bytes) -> None: ...
 
@@ -278,9 +286,12 @@ class ExchangeRunner:
                     _check_stream_answer(ex, answer.status)
                 if answer.status == 200 and _is_sse(content_type):
                     end.stream = True
-                    await agent.open_stream(answer)
+                    # Events already read with the head go out with it, in one send; the
+                    # head never waits for the upstream (`_relay` writes after its first read).
+                    head_waits = answer.ready()
+                    await agent.open_stream(answer, head_waits)
                     end.streaming = True
-                    held = await self._relay(ex, answer, agent)
+                    held = await self._relay(ex, answer, agent, head_waits)
                 else:
                     end.stream = False
                     raw = await self._timed(ex, self._read_bounded(answer))
@@ -375,8 +386,10 @@ class ExchangeRunner:
         finally:
             ex.upstream_seconds += time.perf_counter() - started
 
-    async def _relay(self, ex: Exchange, answer: UpstreamAnswer, agent: AgentPort) -> _Held:
-        """Forward events as they arrive until the first tool call; hold from there."""
+    async def _relay(self, ex: Exchange, answer: UpstreamAnswer, agent: AgentPort, head_waits: bool) -> _Held:
+        """Forward events as they arrive until the first tool call; hold from there.
+        `head_waits`: the agent's response head goes out with the first write, which this
+        makes (empty if need be) once the first read is handled."""
         assembler = ex.model_dialect.assembler()
         parser = SSEParser()
         limit = self.settings.limits.max_held_stream_bytes
@@ -404,9 +417,12 @@ class ExchangeRunner:
                         held_bytes += len(event.raw)
                         if ready:
                             await agent.write(b"".join(ready))
-                            ready = []
+                            ready, head_waits = [], False
                 if ready:
                     await agent.write(b"".join(ready))
+                elif head_waits:
+                    await agent.write(b"")  # the head alone: nothing of this read goes out
+                head_waits = False
                 if assembler.violation is not None:
                     message = f"the upstream stream cannot be checked the way clients read it: {assembler.violation}"
                     raise Refused(502, RefusalReason.FRAMING, message)

@@ -86,6 +86,14 @@ class UpstreamChannel:
         return self.upstreams.opened(ex.method, ex.url, ex.headers, body)
 
 
+class _HeadWithFirstWrite(web.StreamResponse):
+    """A stream whose head aiohttp holds until the first `write` and sends with it, in one
+    send, as it does for a `web.Response` (the class attribute that says so; an aiohttp
+    without it sends the head at `prepare`, as for any stream)."""
+
+    _send_headers_immediately = False
+
+
 class AiohttpAgent:
     """The runner's way to the agent: one `web.Response`, or one prepared stream."""
 
@@ -110,8 +118,9 @@ class AiohttpAgent:
         await response.prepare(self.request)
         await response.write_eof()
 
-    async def open_stream(self, upstream: UpstreamAnswer) -> None:
-        response = web.StreamResponse(status=200, headers=downstream_response_headers(upstream.headers))
+    async def open_stream(self, upstream: UpstreamAnswer, head_waits: bool = False) -> None:
+        kind = _HeadWithFirstWrite if head_waits else web.StreamResponse
+        response = kind(status=200, headers=downstream_response_headers(upstream.headers))
         await response.prepare(self.request)
         self.response = response
 

@@ -387,6 +387,11 @@ class Response:
                 raise self._raised(self._failure)
             await self._wait()
 
+    def ready(self) -> bool:
+        """Whether `chunk()` has something to give without waiting: body bytes already read
+        (typically in the same read as the head), the body's end, or a failure."""
+        return bool(self._pending) or self._complete or self._failure is not None
+
     async def chunk(self) -> bytes:
         """The next bytes of the body as they arrive (decoded); b"" at its end."""
         while True:

@@ -105,8 +105,9 @@ class Turn:
     tool_calls: list[ToolCallSpec] = field(default_factory=list)
     error: UpstreamError | None = None
     stream_error_after: int | None = None
-    delay_s: float = 0
-    first_byte_delay_s: float = 0
+    delay_s: float = 0  # between a stream's events
+    first_byte_delay_s: float = 0  # before the answer's head
+    first_event_delay_s: float = 0  # a stream's: after its head, before its first event (time to first token)
     stop_reason: str | None = None
     usage: dict[str, Any] | None = None
     gzip: bool = False

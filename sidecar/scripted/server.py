@@ -233,6 +233,8 @@ class ScriptedModel:
             for seq, event in enumerate(events):
                 if seq and turn.delay_s:
                     await asyncio.sleep(turn.delay_s)
+                elif not seq and turn.first_event_delay_s:
+                    await asyncio.sleep(turn.first_event_delay_s)
                 await response.write(fmt.encode(event, seq))
             await response.write_eof()
         except ConnectionResetError:

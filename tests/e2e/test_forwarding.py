@@ -551,6 +551,25 @@ STREAMS = {
 
 
 @pytest.mark.parametrize("protocol", list(STREAMS))
+async def test_the_response_head_never_waits_for_the_first_event(model, sidecar, protocol):
+    """The agent's response head goes out with the events read together with the upstream's
+    head (one send); when none came with it, at once: never after the model's time to its
+    first token, which an agent's client would wait out with no answer at all."""
+    path, body, headers, marker = STREAMS[protocol]
+    model.add_turns(Turn(text="words after a long think", first_event_delay_s=2))
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as session:
+        async with asyncio.timeout(1):  # the head, well before the first event
+            response = await session.post(sidecar.proxy_url + path, json=body, headers=headers)
+        async with response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/event-stream")
+            rest = await response.read()
+    assert marker in rest
+    assert time.perf_counter() - started >= 2  # the events did wait for the model
+
+
+@pytest.mark.parametrize("protocol", list(STREAMS))
 async def test_stream_is_forwarded_as_it_arrives(model, sidecar, protocol):
     path, body, headers, marker = STREAMS[protocol]
     model.add_turns(Turn(text="one two three four five six seven eight nine", delay_s=0.15))
