@@ -26,26 +26,17 @@ import time
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 
-class When(Enum):
-    """Whether a phase is reached when the wrapped method is called, or when it returns."""
-
-    CALLED = "called"
-    RETURNED = "returned"
-
-
 @dataclass(frozen=True, slots=True)
 class Phase:
     name: str
     what: str
-    hook: str  # "module:Class.method"
-    when: When = When.RETURNED
+    hook: str  # "module:Class.method": the phase is reached when it returns
 
 
 _H = "sidecar.proxy.handler:"
@@ -75,13 +66,11 @@ def _note(name: str) -> None:
         marks[name] = time.perf_counter() - marks[START]
 
 
-def _wrapped(method: Callable[..., Any], name: str, when: When) -> Callable[..., Any]:
+def _wrapped(method: Callable[..., Any], name: str) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(method):
 
         @functools.wraps(method)
         async def noted_async(*args: Any, **kwargs: Any) -> Any:
-            if when is When.CALLED:
-                _note(name)
             result = await method(*args, **kwargs)
             _note(name)
             return result
@@ -90,8 +79,6 @@ def _wrapped(method: Callable[..., Any], name: str, when: When) -> Callable[...,
 
     @functools.wraps(method)
     def noted(*args: Any, **kwargs: Any) -> Any:
-        if when is When.CALLED:
-            _note(name)
         result = method(*args, **kwargs)
         _note(name)
         return result
@@ -130,7 +117,7 @@ def instrument() -> None:
     """Wrap the phases' methods and the handler, in this process."""
     for phase in PHASES:
         owner, method = _owner(phase.hook)
-        setattr(owner, method, _wrapped(getattr(owner, method), phase.name, phase.when))
+        setattr(owner, method, _wrapped(getattr(owner, method), phase.name))
     owner, method = _owner(f"{_H}ProxyHandler.handle")
     setattr(owner, method, _handled(getattr(owner, method)))
 
