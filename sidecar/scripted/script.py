@@ -83,8 +83,9 @@ class Turn:
 
     Text and thinking become the protocol's text/reasoning output, `tool_calls` its tool calls
     (in order, after the text). The remaining fields inject provider behaviour a proxy must
-    survive: HTTP errors, in-stream errors, slow streams, slow headers, gzip bodies and
-    `max_tokens` hit inside a tool input.
+    survive: HTTP errors, in-stream errors, slow streams, slow headers, a slow first event
+    after a stream's headers (time to first token), gzip bodies and `max_tokens` hit inside a
+    tool input.
 
     - `stream_error_after=N`: the first N events, then the in-stream error (payload from
       `error` if set) and the end of the stream; N is capped so the terminator is never
