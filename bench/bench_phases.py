@@ -37,8 +37,8 @@ from proxybench.report import SCENARIOS, Scenario
 from proxybench.targets import mock_and_sidecar
 
 WARMUP = 200
-# The phases in path order, each once (two hooks end `answered`), then the handler's return.
-ORDER = [*dict.fromkeys(phase.name for phase in PHASES), END]
+# The phases in path order, then the handler's return.
+ORDER = [*(phase.name for phase in PHASES), END]
 WHAT = {phase.name: phase.what for phase in PHASES} | {END: "the handler returns (after-work hooks ran)"}
 
 

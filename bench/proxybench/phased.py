@@ -36,23 +36,27 @@ import orjson
 class Phase:
     name: str
     what: str
-    hook: str  # "module:Class.method": the phase is reached when it returns
+    hooks: tuple[str, ...]  # "module:Class.method": the phase is reached when the first returns
 
 
 _H = "sidecar.proxy.handler:"
+_C = "sidecar.proxy.http_client:"
 # In the order an exchange reaches them (a whole reply has no `first_write`).
 PHASES: tuple[Phase, ...] = (
     Phase(
         "checked",
         "the request's filters are done (results, tool list, ...)",
-        "sidecar.exchange.filters:FilterChain.request",
+        ("sidecar.exchange.filters:FilterChain.request",),
     ),
-    Phase("sent", "the request is written to the upstream's connection", "sidecar.proxy.http_client:ClientPool._send"),
-    Phase("answer", "the exchange has the upstream's status and headers", "sidecar.proxy.http_client:Response._head"),
-    Phase("first_write", "a stream's first bytes are written to the agent", f"{_H}AiohttpAgent.write"),
-    Phase("calls_checked", "the reply's calls are judged", "sidecar.exchange.filters:FilterChain.check"),
-    Phase("answered", "the agent has its whole answer (a reply, or a stream's end)", f"{_H}AiohttpAgent.respond"),
-    Phase("answered", "the agent has its whole answer (a reply, or a stream's end)", f"{_H}AiohttpAgent.close_stream"),
+    Phase("sent", "the request is written to the upstream's connection", (f"{_C}ClientPool._send",)),
+    Phase("answer", "the exchange has the upstream's status and headers", (f"{_C}Response._head",)),
+    Phase("first_write", "a stream's first bytes are written to the agent", (f"{_H}AiohttpAgent.write",)),
+    Phase("calls_checked", "the reply's calls are judged", ("sidecar.exchange.filters:FilterChain.check",)),
+    Phase(
+        "answered",
+        "the agent has its whole answer (a reply, or a stream's end)",
+        (f"{_H}AiohttpAgent.respond", f"{_H}AiohttpAgent.close_stream"),
+    ),
 )
 START, END = "start", "end"  # the handler is called (aiohttp has read the request's head) / returns
 
@@ -116,8 +120,9 @@ def _owner(hook: str) -> tuple[Any, str]:
 def instrument() -> None:
     """Wrap the phases' methods and the handler, in this process."""
     for phase in PHASES:
-        owner, method = _owner(phase.hook)
-        setattr(owner, method, _wrapped(getattr(owner, method), phase.name))
+        for hook in phase.hooks:
+            owner, method = _owner(hook)
+            setattr(owner, method, _wrapped(getattr(owner, method), phase.name))
     owner, method = _owner(f"{_H}ProxyHandler.handle")
     setattr(owner, method, _handled(getattr(owner, method)))
 
