@@ -9,8 +9,8 @@ noted (one object per exchange: phase -> seconds since the handler started) as J
 An exchange's notes live in a context variable set when the handler starts: the tasks the
 exchange starts (its filters', its checks') run in copies of that context, which hold the
 same dict. Each phase keeps its first time (a repair round judges calls again; the first
-judgement is the one the agent waited for). The wrappers cost about a microsecond each, a few
-per exchange, noted in what they measure.
+judgement is the one the agent waited for). Each wrapped call costs 0.2 µs more in a warm loop (more in the
+proxy, whose caches are cold): five per whole reply, a few more per stream (each write).
 
 Run: python -m proxybench.phased --phases-out FILE run --config FILE
 """
