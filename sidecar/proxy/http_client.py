@@ -136,7 +136,14 @@ class _Connection(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
+        # llhttp's body callback is this list's `append`, called from C: no Python frame per
+        # piece of body (a provider sends each SSE event as an HTTP chunk, and each chunk is a
+        # piece). What one read of the socket brought goes to the response at once
+        # (`_deliver_body`), after the read, or before the message's end is handled. The
+        # benchmark's streamed Chat reply (64 chunks) fed in one read: 33 -> 21 us.
+        self._body: list[bytes] = []
+        self.on_body: Callable[[bytes], None] = self._body.append
+        self.parser = httptools.HttpResponseParser(self)  # after `on_body`: it reads it once
         self.closed = False
         self.idle_since = 0.0
         self.response: Response | None = None
@@ -156,6 +163,7 @@ class _Connection(asyncio.Protocol):
         response.last_read = self.loop.time()
         try:
             self.parser.feed_data(data)
+            self._deliver_body()
         except httptools.HttpParserUpgrade:
             response.fail(UpstreamFailure(UpstreamCause.PROTOCOL, "the upstream switched protocols"))
             self.close()
@@ -194,11 +202,17 @@ class _Connection(asyncio.Protocol):
         if self.response is not None:
             self.response.head_complete(self.parser.get_status_code(), self.parser.should_keep_alive())
 
-    def on_body(self, body: bytes) -> None:
-        if self.response is not None:
-            self.response.body_received(body)
+    def _deliver_body(self) -> None:
+        """The body pieces llhttp found since the last delivery, to the response, in one piece."""
+        pieces = self._body
+        if pieces:
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()  # the same list: `on_body` is its `append`
+            if self.response is not None:
+                self.response.body_received(data)
 
     def on_message_complete(self) -> None:
+        self._deliver_body()  # the body before its end
         if self.response is not None:
             self.response.message_complete()
 
