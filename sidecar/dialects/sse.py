@@ -7,6 +7,7 @@ records each event's raw framing (CR, LF or CRLF line ends, padding, comments) u
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from itertools import starmap
 from operator import itemgetter
 from typing import Any
@@ -105,6 +106,38 @@ class SSEParser:
             if found is not None and b"\r" not in chunk:  # a CR ends a line: read line by line
                 return [_provider_event(*found.groups())]
         return self._feed(chunk, final=False)
+
+    def batches(self, chunk: bytes, first: int) -> Iterator[list[SSEEvent]]:
+        """`feed(chunk)`'s events in order, in batches: a read of many events in the providers'
+        framing comes in slices, the first ending at the first event end past `first` bytes,
+        each later one twice as long, and what no slice took (the last, or anything else) as
+        `feed` reads it. A caller that has what it needs from the first slices (the relay:
+        the events before the stream's first call) acts on them before the rest is parsed.
+        Each slice is one regex pass over the read in place, no copy. The parser is up to date
+        once the iterator is exhausted."""
+        if (
+            len(chunk) <= first
+            or self._buffer
+            or self._waiting is not None
+            or self._irregular
+            or self._raw
+            or self._has_fields
+            or b"\r" in chunk
+        ):
+            yield self.feed(chunk)
+            return
+        cut = chunk.rfind(b"\n\n") + 2
+        start, size = 0, first
+        while True:
+            end = chunk.find(b"\n\n", start + size) + 2
+            if end < 2 or end >= cut:
+                break
+            found = _PROVIDER_EVENT.findall(chunk, start, end)
+            if sum(map(len, map(_BLOCK, found))) != end - start:
+                break  # other framing: `feed` reads the rest
+            yield list(starmap(_provider_event, found))
+            start, size = end, size * 2
+        yield self.feed(chunk[start:] if start else chunk)
 
     def _completes(self, chunk: bytes) -> bool:
         """Whether `chunk`, read after what is waiting, may end a line or an event."""

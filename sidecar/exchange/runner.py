@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,7 +29,7 @@ import orjson
 
 from sidecar.config import Settings
 from sidecar.dialects.base import MAX_DEPTH, StreamAssembler, TooDeep, json_object, read_json_object
-from sidecar.dialects.sse import SSEParser, format_event
+from sidecar.dialects.sse import SSEEvent, SSEParser, format_event
 from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
 from sidecar.exchange.filters import FilterChain, FilterFailed
 from sidecar.exchange.state import End, Exchange, Origin, Outcome
@@ -220,6 +220,11 @@ async def read_bounded(answer: UpstreamAnswer, limit: int) -> bytes:
     return b"".join(parts)
 
 
+# A stream's read is parsed from a slice of about this many bytes first (`SSEParser.batches`):
+# the providers' first events (a message's start, its first text deltas) fit in it.
+FIRST_SLICE_BYTES = 2048
+
+
 @dataclass(slots=True)
 class _Held:
     """A reply read up to the point where the checks decide (the stream's held part)."""
@@ -400,24 +405,35 @@ class ExchangeRunner:
             while True:
                 chunk = await self._timed(ex, answer.chunk())
                 ascii_so_far = ascii_so_far and chunk.isascii()
-                events = parser.feed(chunk) if chunk else parser.flush()
+                # Until the first call, a read of many events is parsed in slices (`batches`):
+                # the events before the call go out once it is found, not once the whole
+                # read, held calls included, is parsed.
+                if not chunk:
+                    batches: Iterable[list[SSEEvent]] = (parser.flush(),)
+                elif assembler.holding:
+                    batches = (parser.feed(chunk),)
+                else:
+                    batches = parser.batches(chunk, FIRST_SLICE_BYTES)
                 # What arrived in one read goes out in one write: no event waits for another,
                 # nor for the events held after it (they are read before the checks run, but
                 # the agent need not wait for that: the write goes when holding starts).
                 ready = []
-                for event in events:
-                    if not ascii_so_far and not _utf8(event.raw):
-                        assembler.refuse("bytes that are not valid UTF-8")
-                    if assembler.feed(event):
-                        if not resumed or not _already_sent(ex, event):
-                            ready.append(event.raw)
-                    elif assembler.violation is not None:
+                for events in batches:
+                    for event in events:
+                        if not ascii_so_far and not _utf8(event.raw):
+                            assembler.refuse("bytes that are not valid UTF-8")
+                        if assembler.feed(event):
+                            if not resumed or not _already_sent(ex, event):
+                                ready.append(event.raw)
+                        elif assembler.violation is not None:
+                            break
+                        else:
+                            held_bytes += len(event.raw)
+                            if ready:
+                                await agent.write(b"".join(ready))
+                                ready, head_waits = [], False
+                    if assembler.violation is not None:
                         break
-                    else:
-                        held_bytes += len(event.raw)
-                        if ready:
-                            await agent.write(b"".join(ready))
-                            ready, head_waits = [], False
                 if ready:
                     await agent.write(b"".join(ready))
                 elif head_waits:

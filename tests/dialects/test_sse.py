@@ -312,6 +312,53 @@ def test_provider_framed_reads_agree_with_line_by_line(blocks: list[bytes], size
         assert [(e.raw, e.event, e.data) for e in fast] == [(e.raw, e.event, e.data) for e in reference]
 
 
+def _batched(data: bytes, sizes: list[int] | None, first: int, parser: SSEParser | None = None) -> list[list[SSEEvent]]:
+    """`parse`, each read through `batches`: every read's batches, in order (the flush last)."""
+    parser = parser if parser is not None else SSEParser()
+    reads = [data] if not sizes else [data[i : i + sizes[0]] for i in range(0, len(data), sizes[0])]
+    out = [batch for chunk in reads for batch in parser.batches(chunk, first)]
+    return [*out, parser.flush()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    blocks=st.lists(_BLOCK, max_size=24),
+    sizes=st.lists(st.integers(min_value=1, max_value=64), min_size=1, max_size=1),
+    first=st.integers(min_value=1, max_value=40),
+)
+def test_batches_are_the_events_feed_gives_in_order(blocks: list[bytes], sizes: list[int], first: int) -> None:
+    """Whatever the framing and the reads, a read's batches joined are the events `feed` gives
+    for it, with their bytes, and the parser goes on as after `feed`."""
+    data = b"".join(blocks)
+    for chunking in (None, sizes):
+        batched = [event for batch in _batched(data, chunking, first) for event in batch]
+        fed = parse(data, chunking)
+        assert [(e.raw, e.event, e.data) for e in batched] == [(e.raw, e.event, e.data) for e in fed]
+
+
+def test_a_burst_of_provider_events_comes_in_growing_slices() -> None:
+    """A read of many provider-framed events: the first slice ends at the first event end past
+    `first` bytes, each later one twice as long, the last takes the rest, a partial event
+    waits for the next read."""
+    event = b'event: content_block_delta\ndata: {"i":0000}\n\n'  # 46 bytes
+    burst = b"".join(event.replace(b"0000", b"%04d" % i) for i in range(40)) + b"event: message_stop\nda"
+    parser = SSEParser()
+    sizes = [len(batch) for batch in parser.batches(burst, 100)]
+    # Past 100 bytes: 3 events (138 bytes); then past 200 bytes more: 5 (230); past 400: 9 (414);
+    # past 800: 18 (828); 1,600 more would pass the read's last event end: `feed` reads the rest.
+    assert sizes == [3, 5, 9, 18, 5]
+    rest = parser.feed(b"ta: {}\n\n")
+    assert [(e.event, e.data) for e in rest] == [("message_stop", "{}")]
+
+
+def test_a_short_read_or_a_parser_mid_event_is_one_batch() -> None:
+    event = b"data: {}\n\n"
+    assert [len(batch) for batch in SSEParser().batches(event * 3, 100)] == [3]
+    parser = SSEParser()
+    assert parser.feed(b"data: {") == []
+    assert [len(batch) for batch in parser.batches(b"}\n\n" + event * 30, 10)] == [31]
+
+
 def test_a_provider_burst_then_other_framing() -> None:
     """A burst of provider events, then a comment and an `id:` field in a later read: every
     event comes out once, in order, with its bytes."""
