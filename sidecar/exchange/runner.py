@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import chain
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -409,31 +410,28 @@ class ExchangeRunner:
                 # the events before the call go out once it is found, not once the whole
                 # read, held calls included, is parsed.
                 if not chunk:
-                    batches: Iterable[list[SSEEvent]] = (parser.flush(),)
+                    events: Iterable[SSEEvent] = parser.flush()
                 elif assembler.holding:
-                    batches = (parser.feed(chunk),)
-                else:
-                    batches = parser.batches(chunk, FIRST_SLICE_BYTES)
+                    events = parser.feed(chunk)
+                else:  # taken slice by slice, as the loop below asks for them
+                    events = chain.from_iterable(parser.batches(chunk, FIRST_SLICE_BYTES))
                 # What arrived in one read goes out in one write: no event waits for another,
                 # nor for the events held after it (they are read before the checks run, but
                 # the agent need not wait for that: the write goes when holding starts).
                 ready = []
-                for events in batches:
-                    for event in events:
-                        if not ascii_so_far and not _utf8(event.raw):
-                            assembler.refuse("bytes that are not valid UTF-8")
-                        if assembler.feed(event):
-                            if not resumed or not _already_sent(ex, event):
-                                ready.append(event.raw)
-                        elif assembler.violation is not None:
-                            break
-                        else:
-                            held_bytes += len(event.raw)
-                            if ready:
-                                await agent.write(b"".join(ready))
-                                ready, head_waits = [], False
-                    if assembler.violation is not None:
+                for event in events:
+                    if not ascii_so_far and not _utf8(event.raw):
+                        assembler.refuse("bytes that are not valid UTF-8")
+                    if assembler.feed(event):
+                        if not resumed or not _already_sent(ex, event):
+                            ready.append(event.raw)
+                    elif assembler.violation is not None:
                         break
+                    else:
+                        held_bytes += len(event.raw)
+                        if ready:
+                            await agent.write(b"".join(ready))
+                            ready, head_waits = [], False
                 if ready:
                     await agent.write(b"".join(ready))
                 elif head_waits:
