@@ -130,8 +130,8 @@ class SSEParser:
         each later one twice as long, and what no slice took (the last, or anything else) as
         `feed` reads it. A caller that has what it needs from the first slices (the relay:
         the events before the stream's first call) acts on them before the rest is parsed.
-        Each slice is one regex pass over the read in place, no copy. The parser is up to date
-        once the iterator is exhausted."""
+        Each slice is one regex pass over the read in place; what the slices leave is copied
+        once, for `feed`. The parser is up to date once the iterator is exhausted."""
         start = 0
         if len(chunk) > first and self._at_event_start() and b"\r" not in chunk:
             cut = chunk.rfind(b"\n\n") + 2
