@@ -42,7 +42,10 @@ ABLATIONS: dict[str, Ablation] = {
     ),
     "tool_list": Ablation("the tool-list policy (visible_tools)", (f"{_F}tool_list:ToolListFilter.on_request",)),
     "drift": Ablation("the tool inventory and drift watch", (f"{_F}drift:DriftFilter.on_request",)),
-    "cost": Ablation("token attribution per tool (after the reply)", (f"{_F}cost:CostFilter.on_done",)),
+    "cost": Ablation(
+        "token attribution per tool (the request sized once sent, the usage shared after the reply)",
+        tuple(f"{_F}cost:CostFilter.{hook}" for hook in ("on_sent", "on_done")),
+    ),
     "request_log": Ablation(
         "the request's log line and overhead histogram (after the reply)", (f"{_F}telemetry:TelemetryFilter.on_done",)
     ),

@@ -12,6 +12,10 @@ Hooks, in the order an exchange meets them (see `sidecar/exchange/runner.py`):
 
     on_request(ex)            the agent's request was read, before it goes upstream
     on_result(ex, record)     a tool result in the request, matched to its call
+    on_sent(ex)               the agent's request was written to the provider (model path; not
+                              a repair round's): the agent and the provider's answer are both
+                              awaited, and the request is fresh in the CPU's caches, so what
+                              only observes the request (sizing it) belongs here
     on_upstream(ex, status,s) one upstream request finished (status None: no HTTP answer)
     on_reply(ex, reply)       a model reply was read (the agent's, then one per repair round)
     look_up(check)            gather what this filter knows about a call, before any decides
@@ -38,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 from sidecar.exchange.state import CallCheck, End, Exchange, RepairOutcome, ToolResultRecord
@@ -52,6 +57,7 @@ _YIELD_EVERY = 16
 HOOKS = (
     "on_request",
     "on_result",
+    "on_sent",
     "on_upstream",
     "on_reply",
     "look_up",
@@ -96,6 +102,9 @@ class Filter:
         return None
 
     async def on_result(self, ex: Exchange, record: ToolResultRecord) -> None:
+        return None
+
+    async def on_sent(self, ex: Exchange) -> None:
         return None
 
     async def on_upstream(self, ex: Exchange, status: int | None, seconds: float) -> None:
@@ -149,6 +158,13 @@ def _overrides(f: Filter, hook: str) -> bool:
     return getattr(type(f), hook) is not getattr(Filter, hook)
 
 
+def _only_observes_sent(f: Filter) -> None:
+    """`on_sent` runs after the request went out and its failures are only reported: a filter
+    that guards a promise (critical) cannot rely on it."""
+    if f.critical and _overrides(f, "on_sent"):
+        raise TypeError(f"filter {f.name} is critical: on_sent is for filters that only observe")
+
+
 def failed_check_verdict(failure: FilterFailed) -> Verdict:
     """The refusal a call gets when a critical filter could not judge it."""
     reason = (
@@ -165,11 +181,14 @@ class FilterChain:
         self.filters = list(filters)
         self._on_failure = on_failure
         # Per hook, only the filters that implement it: an empty hook costs nothing.
+        for f in self.filters:
+            _only_observes_sent(f)
         self._by_hook: dict[str, list[Filter]] = {h: [f for f in self.filters if _overrides(f, h)] for h in HOOKS}
         self._split_request()
 
     def add(self, extra: Filter) -> None:
         """Append a filter at the end of the chain."""
+        _only_observes_sent(extra)
         self.filters.append(extra)
         for hook, members in self._by_hook.items():
             if _overrides(extra, hook):
@@ -218,6 +237,21 @@ class FilterChain:
         for record in ex.results:
             for f in self._by_hook["on_result"]:
                 await self._run(f, "on_result", f.on_result(ex, record))
+
+    def sent_of(self, ex: Exchange) -> Callable[[], Awaitable[None]] | None:
+        """`on_sent` for this exchange, to be awaited once its request is written; None when no
+        filter listens."""
+        return partial(self.sent, ex) if self._by_hook["on_sent"] else None
+
+    async def sent(self, ex: Exchange) -> None:
+        """`on_sent`: observers only, so it never raises (like `done`): a failure is reported,
+        logged and the exchange goes on; the request is on its way already."""
+        for f in self._by_hook["on_sent"]:
+            try:
+                await f.on_sent(ex)
+            except Exception as exc:
+                self._report(f, "on_sent", exc)
+                log.exception("filter %s failed in on_sent", f.name)
 
     async def upstream(self, ex: Exchange, status: int | None, seconds: float) -> None:
         for f in self._by_hook["on_upstream"]:

@@ -86,8 +86,11 @@ class UpstreamAnswer(Protocol):
 
 
 class UpstreamPort(Protocol):
-    def open(self, ex: Exchange, body: bytes) -> AbstractAsyncContextManager[UpstreamAnswer]:
-        """POST `body` to the exchange's upstream URL; raises UpstreamError."""
+    def open(
+        self, ex: Exchange, body: bytes, sent: Callable[[], Awaitable[None]] | None = None
+    ) -> AbstractAsyncContextManager[UpstreamAnswer]:
+        """POST `body` to the exchange's upstream URL; raises UpstreamError. `sent` is awaited
+        once the body is written, before the answer is read."""
         ...
 
 
@@ -285,7 +288,9 @@ class ExchangeRunner:
         await self.chain.request(ex, in_own_task)
         sent = time.perf_counter()
         try:
-            async with self.upstream.open(ex, ex.outgoing(original)) as answer:
+            # The filters that observe the request as sent do so while the upstream works on
+            # it (`FilterChain.sent`).
+            async with self.upstream.open(ex, ex.outgoing(original), self.chain.sent_of(ex)) as answer:
                 ex.upstream_seconds += time.perf_counter() - sent
                 content_type = answer.headers.get("Content-Type", "")
                 if _is_sse(content_type):

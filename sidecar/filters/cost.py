@@ -9,14 +9,19 @@ agent's request, so its spans are counted again at the sizes estimated for the a
 request; what the round adds (the refused call and the sidecar's answer) is not attributed as
 input.
 
-The work is done after `on_done`, once the agent has its answer: the filter only observes, so
-the agent never waits for it. Ended exchanges are attributed in batches, and before every read
-of the metrics, so a scrape or `/v1/status` never misses one (sidecar/telemetry/batched.py).
+The request is sized in `on_sent`, once it went upstream, while the provider works on it and
+its objects are still in the CPU's caches. The sharing is done after `on_done`, once the agent
+has its answer. The filter only observes, so the agent waits for neither. Ended exchanges are
+attributed in batches, and before every read of the metrics, so a scrape or `/v1/status` never
+misses one (sidecar/telemetry/batched.py).
 A batch's tokens are added up per (tool, direction) and counted once per batch: an exchange
 attributes tokens to a dozen pairs or more, and each count is a label lookup, an increment
 held for the next read (sidecar/telemetry/pending.py) and a share of the per-tool totals' lock.
-`on_request` keeps the request as it goes upstream (a later filter may replace `ex.request`),
-`on_reply` each complete reply.
+
+Why the sizing is not in the batch too: there it walked the request long after it was parsed,
+from memory the other exchanges had since evicted from the caches. Whole Anthropic replies at
+c=64, py-spy's share of all samples, two runs each (bench/README.md): sizing 4.5% in the batch
+against 2.8-3.1% in `on_sent`, and the whole filter 9.7-9.8% against 5.5-6.1%.
 
 Not attributed as input: requests that continue a conversation the provider holds
 (`previous_response_id`, `conversation`): their input tokens cover history the body does not
@@ -62,7 +67,7 @@ class _Prompt:
 class _Heard:
     """What the exchange showed the filter, kept for `on_done`."""
 
-    request: dict[str, Any] | None = None  # the agent's request as it went upstream
+    prompt: _Prompt | None = None  # the agent's request as it went upstream, sized
     replies: list[Reply] = field(default_factory=list)  # the complete ones, in order
 
 
@@ -96,9 +101,9 @@ class CostFilter(Filter):
         # The batch's tokens so far, by (tool, direction): each exchange's, once attributed whole.
         self._spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
 
-    async def on_request(self, ex: Exchange) -> None:
-        if ex.mcp is None:  # tokens are a model's: an MCP request spends none
-            ex.setdefault(_HEARD, _Heard).request = ex.request
+    async def on_sent(self, ex: Exchange) -> None:
+        # Only the model path sends this (tokens are a model's: an MCP request spends none).
+        ex.setdefault(_HEARD, _Heard).prompt = self._prompt(ex, ex.request)
 
     async def on_reply(self, ex: Exchange, reply: Reply) -> None:
         if reply.complete:
@@ -116,7 +121,7 @@ class CostFilter(Filter):
     def _attribute(self, ended: tuple[Exchange, _Heard]) -> None:
         ex, heard = ended
         dialect = ex.model_dialect
-        prompt = self._prompt(ex, heard.request) if heard.request is not None else None
+        prompt = heard.prompt
         spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
         for reply in heard.replies:
             usage = dialect.usage(reply.envelope)

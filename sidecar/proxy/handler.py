@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -82,8 +82,10 @@ class UpstreamChannel:
     def __init__(self, upstreams: Upstreams) -> None:
         self.upstreams = upstreams
 
-    def open(self, ex: Exchange, body: bytes) -> AbstractAsyncContextManager[UpstreamAnswer]:
-        return self.upstreams.opened(ex.method, ex.url, ex.headers, body)
+    def open(
+        self, ex: Exchange, body: bytes, sent: Callable[[], Awaitable[None]] | None = None
+    ) -> AbstractAsyncContextManager[UpstreamAnswer]:
+        return self.upstreams.opened(ex.method, ex.url, ex.headers, body, sent)
 
 
 class _HeadWithFirstWrite(web.StreamResponse):

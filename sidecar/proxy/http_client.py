@@ -40,7 +40,7 @@ import socket
 import ssl
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, cast
 
 import httptools
@@ -495,19 +495,32 @@ class Response:
         self.release()
 
 
+# Work done once a request is written, while its answer is awaited (`ClientPool.request`).
+WhileAwaited = Callable[[], Awaitable[None]]
+
+
 class Opened:
     """`async with pool.opened(...) as response`: the request sent on entry, the response
     released on exit (a plain class: cheaper per request than a generator-based manager)."""
 
-    __slots__ = ("_pool", "_request", "_response")
+    __slots__ = ("_pool", "_request", "_response", "_sent")
 
-    def __init__(self, pool: ClientPool, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> None:
+    def __init__(
+        self,
+        pool: ClientPool,
+        method: str,
+        url: URL,
+        headers: Mapping[str, str],
+        body: bytes,
+        sent: WhileAwaited | None = None,
+    ) -> None:
         self._pool = pool
         self._request = (method, url, headers, body)
+        self._sent = sent
         self._response: Response | None = None
 
     async def __aenter__(self) -> Response:
-        self._response = await self._pool.request(*self._request)
+        self._response = await self._pool.request(*self._request, sent=self._sent)
         return self._response
 
     async def __aexit__(self, *_exc: object) -> None:
@@ -561,9 +574,14 @@ class ClientPool:
         self._heads: dict[str, bytes] = {}  # the Host line (and credentials) per URL authority
         self._closed = False
 
-    async def request(self, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> Response:
+    async def request(
+        self, method: str, url: URL, headers: Mapping[str, str], body: bytes, sent: WhileAwaited | None = None
+    ) -> Response:
         """Write the request and wait for the reply's head; the caller owns (and must release)
         the response. Raises the mapped failure when there is no answer.
+
+        `sent`: awaited once, after the request is written and before its answer is read
+        (work that need not delay the request, done while the upstream works on it).
 
         An idempotent request (RFC 9110 9.2.2) that a kept-alive connection lost before a byte
         of its answer came is sent once more on a new connection (RFC 9112 9.3.1): the server
@@ -580,6 +598,9 @@ class ClientPool:
         while True:
             response = self._send(connection, origin, url, method, head, body)
             try:
+                if sent is not None:
+                    while_awaited, sent = sent, None  # once: not again for a second attempt
+                    await while_awaited()
                 await response._head()
             except BaseException:
                 response.release()
@@ -606,9 +627,11 @@ class ClientPool:
             transport.write(head)
         return response
 
-    def opened(self, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> Opened:
+    def opened(
+        self, method: str, url: URL, headers: Mapping[str, str], body: bytes, sent: WhileAwaited | None = None
+    ) -> Opened:
         """The request as an async context manager that releases its response."""
-        return Opened(self, method, url, headers, body)
+        return Opened(self, method, url, headers, body, sent)
 
     def _head(self, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> bytes:
         authority = url.raw_authority  # the credentials too: they make the Authorization line

@@ -11,7 +11,7 @@ from yarl import URL
 
 from sidecar.exchange.runner import UpstreamCause, UpstreamError
 from sidecar.model import Provider
-from sidecar.proxy.http_client import ClientPool, Opened, Response, UpstreamFailure
+from sidecar.proxy.http_client import ClientPool, Opened, Response, UpstreamFailure, WhileAwaited
 
 _PHRASES = {
     UpstreamCause.DNS: "could not be resolved",
@@ -54,7 +54,10 @@ class Upstreams:
         assert self._pool is not None, "Upstreams.start() was not awaited"
         return await self._pool.request(method, url, headers, body)
 
-    def opened(self, method: str, url: URL, headers: Mapping[str, str], body: bytes) -> Opened:
-        """`async with upstreams.opened(...) as response`: sent on entry, released on exit."""
+    def opened(
+        self, method: str, url: URL, headers: Mapping[str, str], body: bytes, sent: WhileAwaited | None = None
+    ) -> Opened:
+        """`async with upstreams.opened(...) as response`: sent on entry, released on exit;
+        `sent` is awaited once the request is written (`ClientPool.request`)."""
         assert self._pool is not None, "Upstreams.start() was not awaited"
-        return self._pool.opened(method, url, headers, body)
+        return self._pool.opened(method, url, headers, body, sent)

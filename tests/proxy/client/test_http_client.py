@@ -146,6 +146,59 @@ async def test_a_header_that_would_split_the_head_is_never_written(name: str, va
     assert server.heads == []
 
 
+async def test_sent_is_awaited_once_the_request_is_written_and_before_its_answer_is_read() -> None:
+    """The server answers only once `sent` says so, and `sent` waits until the server has the
+    whole request: awaited before the write, or after the answer is read, this never ends."""
+    received, answer = asyncio.Event(), asyncio.Event()
+    calls: list[int] = []
+
+    async def on_request(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.set()
+        await answer.wait()
+        writer.write(ok(b"answered"))
+        await writer.drain()
+
+    async def sent() -> None:
+        calls.append(len(calls))
+        await asyncio.wait_for(received.wait(), 5)  # the whole request reached the server
+        answer.set()
+
+    async with (
+        raw_server(lambda _n: on_request) as server,
+        pool() as client,
+        client.opened("POST", server.url, {}, b'{"a": 1}', sent) as response,
+    ):
+        assert (response.status, await response.read()) == (200, b"answered")
+    assert calls == [0]
+
+
+async def test_sent_is_awaited_once_when_a_lost_request_is_sent_again() -> None:
+    answers = {0: ok(b"first"), 1: _hang_up, 2: ok(b"again")}
+    calls: list[str] = []
+
+    async def sent() -> None:
+        calls.append("sent")
+
+    async with raw_server(lambda n: answers[n]) as server, pool() as client:
+        assert await fetch(client, server.url, method="GET", body=b"") == (200, b"first")
+        async with client.opened("GET", server.url, {}, b"", sent) as response:
+            assert await response.read() == b"again"
+    assert len(server.heads) == 3 and calls == ["sent"]
+
+
+async def test_sent_is_not_awaited_when_nothing_could_be_written() -> None:
+    calls: list[str] = []
+
+    async def sent() -> None:
+        calls.append("sent")
+
+    async with pool() as client:
+        with pytest.raises(UpstreamError):
+            async with client.opened("POST", URL("http://127.0.0.1:9/v1/messages"), {}, b"{}", sent):
+                pass
+    assert calls == []
+
+
 # -- connections kept and dropped --------------------------------------------------------------
 
 
