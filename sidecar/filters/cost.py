@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sidecar.exchange.filters import Filter
 from sidecar.exchange.state import End, Exchange, ExchangeKey
@@ -71,6 +71,25 @@ class _Heard:
     replies: list[Reply] = field(default_factory=list)  # the complete ones, in order
 
 
+class _Read(NamedTuple):
+    """A complete reply as the shares need it: its usage, and the items it wrote when it
+    called a tool of the agent's (None: no output to share among tools)."""
+
+    usage: TokenUsage
+    written: list[Written] | None
+
+
+@dataclass(slots=True)
+class _Ended:
+    """An exchange to attribute in the batch: what `on_done` read of it, not the exchange, so
+    the exchange (its parsed request and replies) is freed when it ends, while its memory is
+    still in the caches, and not in the batch."""
+
+    exchange_id: str
+    prompt: _Prompt | None
+    replies: list[_Read]
+
+
 _HEARD: ExchangeKey[_Heard] = ExchangeKey("cost.heard")
 
 
@@ -97,7 +116,7 @@ class CostFilter(Filter):
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._ended: Batched[tuple[Exchange, _Heard]] = Batched(metrics, self._attribute, self._failed, self._count)
+        self._ended: Batched[_Ended] = Batched(metrics, self._attribute, self._failed, self._count)
         # The batch's tokens so far, by (tool, direction): each exchange's, once attributed whole.
         self._spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
 
@@ -111,23 +130,27 @@ class CostFilter(Filter):
 
     async def on_done(self, ex: Exchange, end: End) -> None:
         heard = ex.get(_HEARD)
-        if heard is not None and heard.replies:
-            self._ended.add((ex, heard))
-
-    def _failed(self, ended: tuple[Exchange, _Heard]) -> None:
-        log.exception("token attribution failed for exchange %s", ended[0].id)
-        self.metrics.filter_error(self.name, "on_done", critical=False)
-
-    def _attribute(self, ended: tuple[Exchange, _Heard]) -> None:
-        ex, heard = ended
+        if heard is None or not heard.replies:
+            return
         dialect = ex.model_dialect
-        prompt = heard.prompt
-        spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
+        read = []
         for reply in heard.replies:
             usage = dialect.usage(reply.envelope)
-            if usage is None:
-                continue
-            self._output(ex, reply, usage, spent)
+            if usage is not None:
+                read.append(_Read(usage, self._written(ex, reply)))
+        if read:
+            self._ended.add(_Ended(ex.id, heard.prompt, read))
+
+    def _failed(self, ended: _Ended) -> None:
+        log.exception("token attribution failed for exchange %s", ended.exchange_id)
+        self.metrics.filter_error(self.name, "on_done", critical=False)
+
+    def _attribute(self, ended: _Ended) -> None:
+        prompt = ended.prompt
+        spent: defaultdict[tuple[str | None, Direction], float] = defaultdict(float)
+        for usage, written in ended.replies:
+            if written is not None:
+                self._output(usage, written, spent)
             if prompt is not None:
                 self._input(prompt, usage, spent)
         batch = self._spent
@@ -162,14 +185,14 @@ class CostFilter(Filter):
         return _Prompt(groups, body_characters(ex.body))
 
     @staticmethod
-    def _output(
-        ex: Exchange, reply: Reply, usage: TokenUsage, spent: defaultdict[tuple[str | None, Direction], float]
-    ) -> None:
+    def _written(ex: Exchange, reply: Reply) -> list[Written] | None:
+        """The reply's items as the output share sees them; None when it calls no tool of the
+        agent's (its output tokens go to no tool)."""
         if not reply.client_calls:
-            return
+            return None
         dialect = ex.model_dialect
         # A server call's characters share the output like text: no tool of the agent's wrote them.
-        items = [
+        return [
             Written(
                 item.call.name if item.call and item.call.kind.runs_on_client else None,
                 dialect.output_size(item),
@@ -177,6 +200,11 @@ class CostFilter(Filter):
             )
             for item in reply.items
         ]
+
+    @staticmethod
+    def _output(
+        usage: TokenUsage, items: list[Written], spent: defaultdict[tuple[str | None, Direction], float]
+    ) -> None:
         for item, tokens in zip(items, output_tokens(usage, items), strict=True):
             if item.tool is not None:
                 spent[(item.tool, _OUTPUT)] += tokens

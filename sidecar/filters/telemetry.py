@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sidecar.exchange.filters import Filter, pause
 from sidecar.exchange.state import Action, CallCheck, End, Exchange, ExchangeKey, RepairOutcome, ToolResultRecord
 from sidecar.filters.results import DUPLICATE_RESULT
-from sidecar.model import PerToolList, Reply, Verdict
+from sidecar.model import PerToolList, Provider, Reply, SessionSource, Verdict
 from sidecar.telemetry.batched import Batched
 from sidecar.telemetry.logs import log_event, log_event_at, trace_ids
 from sidecar.telemetry.metrics import Metrics
@@ -26,10 +26,17 @@ _REPAIRED: ExchangeKey[set[str]] = ExchangeKey("telemetry.repaired_tools")
 
 @dataclass(slots=True)
 class _Ended:
-    """An exchange that ended, until its request line is written (in a batch): when it ended
-    and in which span, which the line tells."""
+    """An exchange that ended, until its request line is written (in a batch): what the line
+    tells, read at `on_done`. Not the exchange itself, so the exchange (its parsed request and
+    replies) is freed when it ends, while its memory is still in the caches, not in the batch."""
 
-    ex: Exchange
+    exchange_id: str
+    provider: Provider
+    session: str
+    session_source: SessionSource
+    dialect: str
+    model: str
+    repair_rounds: int
     end: End
     at: float
     trace: dict[str, str]
@@ -139,29 +146,43 @@ class TelemetryFilter(Filter):
         self.metrics.upstream(ex.provider.value, status, seconds)
 
     async def on_done(self, ex: Exchange, end: End) -> None:
-        self._ended.add(_Ended(ex, end, time.time(), trace_ids()))
+        self._ended.add(
+            _Ended(
+                ex.id,
+                ex.provider,
+                ex.session,
+                ex.session_source,
+                ex.dialect.name,
+                ex.view.model,
+                ex.repair_rounds,
+                end,
+                time.time(),
+                trace_ids(),
+            )
+        )
 
     def _request_done(self, ended: _Ended) -> None:
-        ex, end = ended.ex, ended.end
-        self.metrics.overhead(ex.provider.value, end.stream, end.overhead_s)
+        end = ended.end
+        provider = ended.provider.value
+        self.metrics.overhead(provider, end.stream, end.overhead_s)
         log_event_at(
             ended.at,
             ended.trace,
             "request",
             level=logging.INFO if end.reason is None else logging.WARNING,
-            session=ex.session,
-            session_source=ex.session_source.value,
-            provider=ex.provider.value,
-            dialect=ex.dialect.name,
-            model=ex.view.model,
+            session=ended.session,
+            session_source=ended.session_source.value,
+            provider=provider,
+            dialect=ended.dialect,
+            model=ended.model,
             status=end.status,
             outcome=end.outcome.value,
             stream=end.stream,
-            repair_rounds=ex.repair_rounds,
+            repair_rounds=ended.repair_rounds,
             overhead_ms=round(end.overhead_s * 1000, 3),
             error=end.reason,
         )
 
     def _failed(self, ended: _Ended) -> None:
-        log.exception("the request line of exchange %s failed", ended.ex.id)
+        log.exception("the request line of exchange %s failed", ended.exchange_id)
         self.metrics.filter_error(self.name, "on_done", critical=False)

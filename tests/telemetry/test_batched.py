@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+from pathlib import Path
 
 import pytest
 from multidict import CIMultiDict
@@ -15,11 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from sidecar.dialects import ANTHROPIC
-from sidecar.exchange.state import Exchange
+from sidecar.exchange.state import End, Exchange, Outcome
 from sidecar.filters.cost import CostFilter
+from sidecar.filters.telemetry import TelemetryFilter
 from sidecar.model import Provider
 from sidecar.telemetry.batched import BATCH_MAX, BATCH_S, Batched
 from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.rejection_log import RejectionLog
 from tests.helpers.metrics import Scrape
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
@@ -51,7 +55,7 @@ async def _ended(costs: CostFilter, metrics: Metrics) -> None:
     view = ANTHROPIC.read_request(REQUEST)
     ex = Exchange("x", Provider.ANTHROPIC, ANTHROPIC, "s1", view, REQUEST, URL("http://u"), CIMultiDict())
     metrics.declare_tool("read_file")
-    await costs.on_request(ex)
+    await costs.on_sent(ex)
     await costs.on_reply(ex, ANTHROPIC.read_reply(REPLY))
     await costs.on_done(ex, None)  # type: ignore[arg-type]  # the filter does not read the end
 
@@ -206,3 +210,23 @@ async def test_a_failing_count_is_logged_and_the_next_batch_is_counted(caplog: p
     )
     await _ended(costs, metrics)
     assert _tokens(metrics) == 20  # the failed batch's tokens are lost, the next one's counted
+
+
+async def test_a_waiting_batch_holds_nothing_of_the_exchange(tmp_path: Path) -> None:
+    """The batches keep what `on_done` read, not the exchange: its parsed request and replies
+    are freed when it ends (memory still in the caches), not when the batch runs."""
+    metrics = _busy()
+    metrics.declare_tool("read_file")
+    costs, telemetry = CostFilter(metrics), TelemetryFilter(metrics, RejectionLog(str(tmp_path / "r.log")))
+    view = ANTHROPIC.read_request(REQUEST)
+    ex = Exchange("x", Provider.ANTHROPIC, ANTHROPIC, "s1", view, REQUEST, URL("http://u"), CIMultiDict())
+    reply = ANTHROPIC.read_reply(REPLY)
+    await costs.on_sent(ex)
+    await costs.on_reply(ex, reply)
+    held = sys.getrefcount(ex), sys.getrefcount(reply), sys.getrefcount(reply.envelope)
+    end = End(Outcome.DONE, 200, False, 0.001)
+    await costs.on_done(ex, end)
+    await telemetry.on_done(ex, end)
+    assert (len(costs._ended), len(telemetry._ended)) == (1, 1)  # both wait for their batch
+    assert (sys.getrefcount(ex), sys.getrefcount(reply), sys.getrefcount(reply.envelope)) == held
+    assert _tokens(metrics) == 20  # and the batch still counts the exchange
