@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final, NamedTuple
 
 import orjson
 from cachetools import LRUCache
@@ -188,12 +191,54 @@ class TailState:
     envelope: dict[str, Any] = field(default_factory=dict)
 
 
+# A delta event read once, its string given to `Shortcut.take`, reads the same way for any
+# other string: see `StreamAssembler.learn`.
+_PROBE_TEXT: Final = "\u0000sidecar-delta-probe-" + secrets.token_hex(8)
+_PROBE: Final = orjson.dumps(_PROBE_TEXT).decode()
+_IGNORED_TEXT: Final = "\u0000sidecar-ignored-probe-" + secrets.token_hex(8)
+_IGNORED_PROBE: Final = orjson.dumps(_IGNORED_TEXT).decode()
+# A JSON string token's extent (a quote, then anything but a quote or a backslash, or a
+# backslash and the character it escapes, then a quote); orjson judges whether it is valid.
+# Written as runs between escapes: 2-3 times faster in `re` than one character at a time.
+_STRING: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+# Shapes kept per stream (parallel calls streamed in turn: one per call), and how many a stream
+# may learn at all (a provider that pads every event differently makes each event a new shape:
+# learning stops there, and every event is read in full, as without shortcuts).
+_SHORTCUTS_KEPT: Final = 4
+_SHORTCUTS_LEARNED: Final = 16
+
+
+# Applies a delta's string to the assembler given: see `Shortcut.take`.
+Take = Callable[["StreamAssembler", str], int | None]
+
+
+class Shortcut(NamedTuple):
+    """An event shape read in full once: the same SSE event name, the same data text around
+    one JSON string (and around strings the dialect never reads, after it), whose only effect
+    is `take(that string)`."""
+
+    event: str | None
+    prefix: str  # the text before the string
+    literals: tuple[str, ...]  # the text after it: between the ignored strings, and after the last
+    # Applies the string to the assembler given and gives the item it went to; None when the
+    # assembler's state no longer lets that shape mean only this (nothing applied: the event
+    # is read in full). It is given the assembler, never holds it: the assembler holds it, and
+    # a cycle would leave every stream to the cyclic garbage collector.
+    take: Take
+
+
 class StreamAssembler(ABC):
     """Assembles a stream into a Reply while deciding what may be forwarded at once.
 
     Everything up to the first client tool call streams through; from the first call on,
     events are held until the stream ends, so the whole set of parallel calls is checked
     before any of it reaches the agent.
+
+    Most events of a stream are deltas of one shape (the next piece of a call's arguments, of
+    a text): the same bytes around one JSON string. A dialect that read such an event in full
+    and found that its only effect is to append that string says so (`learn`); later events
+    with the same bytes around another JSON string are then read as that string alone
+    (`Shortcut`), without parsing the rest again or walking it.
     """
 
     def __init__(self) -> None:
@@ -215,6 +260,8 @@ class StreamAssembler(ABC):
         # Strings that grow by one delta per event (text, thinking, arguments): their pieces,
         # joined once when the reply is read (`grow`).
         self._growing: dict[tuple[int, str], tuple[dict[str, Any], list[str]]] = {}
+        self._shortcuts: list[Shortcut] = []
+        self._learned = 0
 
     def grow(self, wire: dict[str, Any], key: str, piece: str) -> None:
         """`wire[key] += piece` in linear time: appending to a string held in a dict copies it
@@ -225,6 +272,94 @@ class StreamAssembler(ABC):
         if growing is None:
             growing = self._growing[slot] = (wire, [str(wire.get(key, ""))])  # keeps `wire` (and its id) alive
         growing[1].append(piece)
+
+    def may_learn(self) -> bool:
+        """Whether `learn` may still take a shape (what a dialect checks before looking)."""
+        return self._learned < _SHORTCUTS_LEARNED and self.read_by_orjson
+
+    def learn(
+        self,
+        event: SSEEvent,
+        value: str,
+        read: Callable[[Any], Any],
+        take: Take,
+        ignored: Sequence[tuple[str, Callable[[Any], Any]]] = (),
+    ) -> None:
+        """`event` was read in full (by orjson), and its only effect was `take(value)`, where
+        `value` is the string `read(data)` finds in its data: events of this shape are read
+        by `take` alone from now on (`Shortcut`). `ignored`: strings after it that the dialect
+        never reads (OpenAI's random `obfuscation` padding), each with where it sits, which
+        may differ from event to event.
+
+        Where each string sits in the data's text is found, then proved: the text with probe
+        strings there instead must read (orjson) with the probes where `read` and the
+        `ignored` readers look. A JSON string swapped for another leaves every other value as
+        it was, so a later event that is the same text around other JSON strings reads as
+        this one with those strings: the same effect, with its own `value`. Not learned when a
+        string is written in a way of its own (escapes orjson does not use), is not found,
+        comes before `value`, or a probe reads otherwise."""
+        if not self.may_learn():
+            return
+        self._learned += 1
+        data = event.data
+        spans: list[tuple[int, int]] = []
+        for text in (value, *(text for text, _ in ignored)):
+            token = orjson.dumps(text).decode()
+            start = data.rfind(token)
+            found = _STRING.match(data, start) if start >= 0 else None
+            if found is None or found.end() != start + len(token):
+                return
+            spans.append((start, found.end()))
+        if any(end > start for (_, end), (start, _) in pairwise(spans)):
+            return  # overlapping, or out of order
+        probes = [_PROBE, *[_IGNORED_PROBE] * len(ignored)]
+        pieces, last = [], 0
+        for (start, end), probe in zip(spans, probes, strict=True):
+            pieces += [data[last:start], probe]
+            last = end
+        pieces.append(data[last:])
+        try:
+            probed = orjson.loads("".join(pieces))
+            if read(probed) != _PROBE_TEXT or any(reader(probed) != _IGNORED_TEXT for _, reader in ignored):
+                return
+        except (orjson.JSONDecodeError, LookupError, TypeError, AttributeError):
+            return
+        literals = tuple(data[end:start] for (_, end), (start, _) in pairwise(spans))
+        shortcuts = self._shortcuts
+        shortcuts.insert(0, Shortcut(event.event, data[: spans[0][0]], (*literals, data[last:]), take))
+        del shortcuts[_SHORTCUTS_KEPT:]
+
+    def _shortcut(self, event: SSEEvent) -> int | None:
+        """The item an event of a learned shape went to (its string applied), or None: read
+        it in full."""
+        data = event.data
+        for shortcut in self._shortcuts:
+            if event.event != shortcut.event or not data.startswith(shortcut.prefix):
+                continue
+            # The same text around JSON strings: each string's extent by `_STRING`, each
+            # read whole by orjson (which refuses what JSON does not allow in a string).
+            taken = _STRING.match(data, len(shortcut.prefix))
+            if taken is None:
+                return None
+            end = taken.end()
+            literals = shortcut.literals
+            if not data.startswith(literals[0], end):
+                return None
+            end += len(literals[0])
+            try:
+                for literal in literals[1:]:
+                    ignored = _STRING.match(data, end)
+                    if ignored is None or not data.startswith(literal, ignored.end()):
+                        return None
+                    orjson.loads(ignored.group())
+                    end = ignored.end() + len(literal)
+                if end != len(data):
+                    return None
+                value = orjson.loads(taken.group())
+            except orjson.JSONDecodeError:
+                return None
+            return shortcut.take(self, value)
+        return None
 
     def _join_growing(self) -> None:
         for (_, key), (wire, pieces) in self._growing.items():
@@ -265,11 +400,15 @@ class StreamAssembler(ABC):
             # After an error only the upstream's own ending passes (Responses sends
             # `response.failed`), and only when no call was held: it may list held items.
             return not self.holding
-        position, starts_call = self.apply(event)
-        if self.violation is not None:
-            return False
-        if self.error is not None:
-            return True  # errors are forwarded at once; held calls are discarded
+        position = self._shortcut(event) if self._shortcuts else None
+        if position is not None:
+            starts_call = False
+        else:
+            position, starts_call = self.apply(event)
+            if self.violation is not None:
+                return False
+            if self.error is not None:
+                return True  # errors are forwarded at once; held calls are discarded
         if position is not None and position < len(self.items):
             self.items[position].raw_events.append(event)
         if starts_call and not self.holding:

@@ -497,6 +497,15 @@ def _is_choice_zero(choice: dict[str, Any]) -> bool:
     return bool(choice.get("index", 0) == 0)
 
 
+def _first_arguments(data: Any) -> Any:
+    """Where a chunk of one function-call fragment holds its piece of the arguments."""
+    return data["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+
+
+def _padding(data: Any) -> Any:
+    return data["obfuscation"]
+
+
 class _ChatStream(StreamAssembler):
     """Assembles choice 0; the envelope mimics a non-streaming completion.
 
@@ -544,7 +553,10 @@ class _ChatStream(StreamAssembler):
         choices = data.get("choices")
         if type(choices) is list and len(choices) == 1 and type(choices[0]) is dict and _is_choice_zero(choices[0]):
             # Most chunks: choice 0 alone, with nothing to screen (`_screen` cuts choices >= 1).
-            return self._choice_zero(choices[0], None, False)
+            found = self._choice_zero(choices[0], None, False)
+            if self.may_learn():
+                self._learn_arguments(event, data, choices[0])
+            return found
         first_position: int | None = None
         started = False
         others = self._screen(event, data)
@@ -627,20 +639,59 @@ class _ChatStream(StreamAssembler):
             event.raw = format_event(event.data) if kept else b""
         return others
 
-    def _fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
-        """One `tool_calls` fragment. Clients join fragments differently (the OpenAI SDK joins
-        every string, others keep the first id and name): a later fragment that gives the name
-        or id again, or changes the type, is refused (framing)."""
+    def _more_arguments(self, fragment: dict[str, Any]) -> tuple[int, int, str] | None:
+        """(its index, its item's position, the text) when the fragment is the next piece of an
+        open function call's arguments and nothing else, as most fragments are: `_fragment`'s
+        checks pass it (no type, id or name to compare)."""
         spec = fragment.get("function")
         if len(fragment) == 2 and type(spec) is dict and len(spec) == 1:
-            # Most fragments: the next piece of a function call's arguments, nothing else. The
-            # checks below pass it (no type, id or name to compare); here in fewer steps.
             index, text = fragment.get("index"), spec.get("arguments")
             if type(index) is int and type(text) is str:
                 position = self._call_positions.get(index)
                 if position is not None and self.items[position].wire["type"] == "function":
-                    self._partials.setdefault(index, []).append(text)
-                    return position, False
+                    return index, position, text
+        return None
+
+    def _learn_arguments(self, event: SSEEvent, data: dict[str, Any], choice: dict[str, Any]) -> None:
+        """A chunk read in full whose only effect was the next piece of an open call's
+        arguments (nothing else in its delta, no finish, no usage): chunks of its shape are
+        read as that piece alone (`StreamAssembler.learn`)."""
+        delta = choice.get("delta")
+        if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None:
+            return
+        fragments = delta.get("tool_calls")
+        if type(fragments) is not list or len(fragments) != 1 or type(fragments[0]) is not dict:
+            return
+        if type(data.get("usage")) is dict:  # `apply` takes the usage from every chunk that has one
+            return
+        # OpenAI's random padding, a string nothing reads (the SDK drops it): any in later chunks.
+        padding = data.get("obfuscation")
+        if "obfuscation" in data and type(padding) is not str:
+            return
+        ignored = [(padding, _padding)] if type(padding) is str else []
+        found = self._more_arguments(fragments[0])
+        if found is None:
+            return
+        index, position, text = found
+        append = self._partials[index].append
+
+        def take(assembler: StreamAssembler, piece: str) -> int | None:
+            # `apply` refuses any chunk after [DONE]; holding, nothing else reads the chunk.
+            if assembler.finished or not assembler.holding:
+                return None
+            append(piece)
+            return position
+
+        self.learn(event, text, _first_arguments, take, ignored)
+
+    def _fragment(self, fragment: dict[str, Any]) -> tuple[int, bool]:
+        """One `tool_calls` fragment. Clients join fragments differently (the OpenAI SDK joins
+        every string, others keep the first id and name): a later fragment that gives the name
+        or id again, or changes the type, is refused (framing)."""
+        more = self._more_arguments(fragment)
+        if more is not None:  # most fragments; the checks below would pass it, in more steps
+            self._partials.setdefault(more[0], []).append(more[2])
+            return more[1], False
         key = as_index(fragment.get("index"), len(self._call_positions))
         kind = "custom" if fragment.get("type") == "custom" or "custom" in fragment else "function"
         spec = as_dict(fragment.get(kind))
