@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -35,6 +35,7 @@ from sidecar.dialects.base import (
     Dialect,
     StreamAssembler,
     TailState,
+    Take,
     as_dict,
     as_index,
     as_list,
@@ -506,6 +507,27 @@ def _padding(data: Any) -> Any:
     return data["obfuscation"]
 
 
+def _text_piece(data: Any) -> Any:
+    """Where a chunk of text alone holds its piece."""
+    return data["choices"][0]["delta"]["content"]
+
+
+def _take_text(assembler: StreamAssembler, piece: str) -> int | None:
+    """A chunk of text alone, as `apply` and `observe_forwarded` read it: the piece joins the
+    text; when the chunk is forwarded (nothing held yet) it counts as text the agent has."""
+    chat = cast(_ChatStream, assembler)  # only `_ChatStream` learns with it
+    if chat.finished:
+        return None  # `apply` refuses any chunk after [DONE]
+    chat.grow(chat.items[0].wire, "text", piece)
+    if not chat.holding:
+        chat.tail.forwarded_text += len(piece)
+    chat._last = {}  # `observe_forwarded` reads nothing of it (empty since the last one it read)
+    return 0
+
+
+_TAKE_TEXT: Take = _take_text
+
+
 class _ChatStream(StreamAssembler):
     """Assembles choice 0; the envelope mimics a non-streaming completion.
 
@@ -555,7 +577,7 @@ class _ChatStream(StreamAssembler):
             # Most chunks: choice 0 alone, with nothing to screen (`_screen` cuts choices >= 1).
             found = self._choice_zero(choices[0], None, False)
             if self.may_learn():
-                self._learn_arguments(event, data, choices[0])
+                self._learn_piece(event, data, choices[0])
             return found
         first_position: int | None = None
         started = False
@@ -652,15 +674,12 @@ class _ChatStream(StreamAssembler):
                     return index, position, text
         return None
 
-    def _learn_arguments(self, event: SSEEvent, data: dict[str, Any], choice: dict[str, Any]) -> None:
-        """A chunk read in full whose only effect was the next piece of an open call's
-        arguments (nothing else in its delta, no finish, no usage): chunks of its shape are
-        read as that piece alone (`StreamAssembler.learn`)."""
+    def _learn_piece(self, event: SSEEvent, data: dict[str, Any], choice: dict[str, Any]) -> None:
+        """A chunk read in full whose only effect was one piece: of an open call's arguments,
+        or of the text (nothing else in its delta, no finish, no usage). Chunks of its shape
+        are read as that piece alone (`StreamAssembler.learn`)."""
         delta = choice.get("delta")
         if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None:
-            return
-        fragments = delta.get("tool_calls")
-        if type(fragments) is not list or len(fragments) != 1 or type(fragments[0]) is not dict:
             return
         if type(data.get("usage")) is dict:  # `apply` takes the usage from every chunk that has one
             return
@@ -669,6 +688,13 @@ class _ChatStream(StreamAssembler):
         if "obfuscation" in data and type(padding) is not str:
             return
         ignored = [(padding, _padding)] if type(padding) is str else []
+        content = delta.get("content")
+        if type(content) is str:
+            self.learn(event, content, _text_piece, _TAKE_TEXT, ignored)
+            return
+        fragments = delta.get("tool_calls")
+        if type(fragments) is not list or len(fragments) != 1 or type(fragments[0]) is not dict:
+            return
         found = self._more_arguments(fragments[0])
         if found is None:
             return

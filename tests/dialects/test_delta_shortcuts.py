@@ -1,10 +1,11 @@
 """Delta shortcuts (`StreamAssembler.learn`): a Chat chunk of a shape read in full before is read
-as its one piece of arguments. Whatever the stream, the assembler decides and assembles exactly
-what it does with every chunk read in full: the same forward / hold answer per chunk, the same
-refusal, the same reply. The streams mix pieces written every way JSON allows (escapes, white
-space), chunks that only look alike (two values, a number, text beside the piece, usage), the
-random `obfuscation` padding (valid, invalid, not a string), and the chunks after which a piece
-means something else ([DONE])."""
+as its one piece (of a call's arguments, or of the text). Whatever the stream, the assembler
+decides and assembles exactly what it does with every chunk read in full: the same forward /
+hold answer per chunk, the same refusal, the same reply and the same count of text forwarded.
+The streams mix pieces written every way JSON allows (escapes, white space), chunks that only
+look alike (two values, a number, text beside a piece, usage), the random `obfuscation` padding
+(valid, invalid, not a string), and the chunks after which a piece means something else
+([DONE])."""
 
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ def _outcome(answers: list[bool], assembler: StreamAssembler) -> Any:
     return (
         answers,
         assembler.violation,
+        assembler.tail,  # what the agent was sent of the text (forwarded_text, role_sent)
         assembler.error is not None,
         assembler.cut,
         [event.raw for event in assembler.held],
@@ -126,7 +128,7 @@ chat_steps = st.one_of(
         st.sampled_from(PADDINGS[:3] * 3 + PADDINGS[3:]),
     ),
     st.tuples(st.just("start"), st.integers(0, 2)),
-    st.tuples(st.just("content"), texts),
+    st.tuples(st.just("content"), texts, st.sampled_from(PADDINGS[:3] * 3 + PADDINGS[3:])),
     st.tuples(st.just("usage"), st.integers(0, 2), texts),
     st.tuples(st.just("with content"), st.integers(0, 2), st.sampled_from(["a", "b"]), st.sampled_from(["x", "y"])),
     st.tuples(st.just("finish")),
@@ -148,7 +150,7 @@ def _chat_stream(steps: list[tuple[Any, ...]]) -> bytes:
             }
             events.append(_chat_chunk(orjson.dumps({"tool_calls": [start]}).decode()))
         elif step[0] == "content":
-            events.append(_chat_chunk(orjson.dumps({"content": step[1]}).decode()))
+            events.append(_chat_chunk(orjson.dumps({"content": step[1]}).decode(), extra=step[2]))
         elif step[0] == "usage":  # a piece of arguments in a chunk that also reports usage
             more = {"tool_calls": [{"index": step[1], "function": {"arguments": step[2]}}]}
             events.append(_chat_chunk(orjson.dumps(more).decode(), extra=',"usage":{"completion_tokens":3}'))
@@ -224,3 +226,14 @@ def test_an_assembler_with_shortcuts_is_freed_without_the_cyclic_collector() -> 
             assert freed() is None
     finally:
         gc.enable()
+
+
+def test_text_pieces_of_a_learned_shape_count_as_forwarded_until_a_call_is_held() -> None:
+    steps: list[tuple[Any, ...]] = [("content", f"t{n} ", "") for n in range(6)]
+    steps += [("start", 0), ("more", 0, "{}", "orjson", ""), *[("content", "late ", "") for _ in range(3)]]
+    steps += [("finish",), ("done",)]
+    stream = _chat_stream(steps)
+    assert _same_either_way(stream) >= 5 + 3  # the text pieces after the first
+    answers, assembler, _ = _read(stream, shortcuts=True)
+    assert assembler.tail.forwarded_text == len("".join(f"t{n} " for n in range(6)))  # not the held text
+    assert answers[1:7] == [True] * 6 and answers[8:12] == [False] * 4
