@@ -13,9 +13,8 @@ import json
 import re
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import pairwise
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, NamedTuple
 
@@ -283,50 +282,50 @@ class StreamAssembler(ABC):
         value: str,
         read: Callable[[Any], Any],
         take: Take,
-        ignored: Sequence[tuple[str, Callable[[Any], Any]]] = (),
+        ignored: tuple[str, Callable[[Any], Any]] | None = None,
     ) -> None:
         """`event` was read in full (by orjson), and its only effect was `take(value)`, where
         `value` is the string `read(data)` finds in its data: events of this shape are read
-        by `take` alone from now on (`Shortcut`). `ignored`: strings after it that the dialect
-        never reads (OpenAI's random `obfuscation` padding), each with where it sits, which
+        by `take` alone from now on (`Shortcut`). `ignored`: a string after it that the
+        dialect never reads (OpenAI's random `obfuscation` padding), with where it sits; it
         may differ from event to event.
 
-        Where each string sits in the data's text is found, then proved: the text with probe
-        strings there instead must read (orjson) with the probes where `read` and the
-        `ignored` readers look. A JSON string swapped for another leaves every other value as
-        it was, so a later event that is the same text around other JSON strings reads as
-        this one with those strings: the same effect, with its own `value`. Not learned when a
-        string is written in a way of its own (escapes orjson does not use), is not found,
-        comes before `value`, or a probe reads otherwise."""
+        Where each string sits in the data's text is found (as orjson writes it: a JSON
+        string's text ends where its last quote is), then proved: the text with probe strings
+        there instead must read (orjson) with the probes where `read` and the `ignored` reader
+        look. A JSON string swapped for another leaves every other value as it was, so a later
+        event that is the same text around other JSON strings reads as this one with those
+        strings: the same effect, with its own `value`. Not learned when a string is written
+        in a way of its own (escapes orjson does not use), is not found, the ignored one comes
+        first, or a probe reads otherwise. Straight-line: it runs once per shape and stream."""
         if not self.may_learn():
             return
         self._learned += 1
         data = event.data
-        spans: list[tuple[int, int]] = []
-        for text in (value, *(text for text, _ in ignored)):
-            token = orjson.dumps(text).decode()
-            start = data.rfind(token)
-            found = _STRING.match(data, start) if start >= 0 else None
-            if found is None or found.end() != start + len(token):
+        token = orjson.dumps(value).decode()
+        start = data.rfind(token)
+        if start < 0:
+            return
+        end = start + len(token)
+        cut = rest = end  # where the ignored string starts and ends (none: where `value` ends)
+        probe = data[:start] + _PROBE
+        if ignored is not None:
+            padding = orjson.dumps(ignored[0]).decode()
+            cut = data.rfind(padding)
+            if cut < end:
                 return
-            spans.append((start, found.end()))
-        if any(end > start for (_, end), (start, _) in pairwise(spans)):
-            return  # overlapping, or out of order
-        probes = [_PROBE, *[_IGNORED_PROBE] * len(ignored)]
-        pieces, last = [], 0
-        for (start, end), probe in zip(spans, probes, strict=True):
-            pieces += [data[last:start], probe]
-            last = end
-        pieces.append(data[last:])
+            rest = cut + len(padding)
+            probe += data[end:cut] + _IGNORED_PROBE
+        probe += data[rest:]
         try:
-            probed = orjson.loads("".join(pieces))
-            if read(probed) != _PROBE_TEXT or any(reader(probed) != _IGNORED_TEXT for _, reader in ignored):
+            probed = orjson.loads(probe)
+            if read(probed) != _PROBE_TEXT or (ignored is not None and ignored[1](probed) != _IGNORED_TEXT):
                 return
         except (orjson.JSONDecodeError, LookupError, TypeError, AttributeError):
             return
-        literals = tuple(data[end:start] for (_, end), (start, _) in pairwise(spans))
+        literals = (data[end:cut], data[rest:]) if ignored is not None else (data[end:],)
         shortcuts = self._shortcuts
-        shortcuts.insert(0, Shortcut(event.event, data[: spans[0][0]], (*literals, data[last:]), take))
+        shortcuts.insert(0, Shortcut(event.event, data[:start], literals, take))
         del shortcuts[_SHORTCUTS_KEPT:]
 
     def _shortcut(self, event: SSEEvent) -> int | None:

@@ -687,7 +687,7 @@ class _ChatStream(StreamAssembler):
         padding = data.get("obfuscation")
         if "obfuscation" in data and type(padding) is not str:
             return
-        ignored = [(padding, _padding)] if type(padding) is str else []
+        ignored = (padding, _padding) if type(padding) is str else None
         content = delta.get("content")
         if type(content) is str:
             self.learn(event, content, _text_piece, _TAKE_TEXT, ignored)
