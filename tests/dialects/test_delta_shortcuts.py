@@ -237,3 +237,21 @@ def test_text_pieces_of_a_learned_shape_count_as_forwarded_until_a_call_is_held(
     answers, assembler, _ = _read(stream, shortcuts=True)
     assert assembler.tail.forwarded_text == len("".join(f"t{n} " for n in range(6)))  # not the held text
     assert answers[1:7] == [True] * 6 and answers[8:12] == [False] * 4
+
+
+@pytest.mark.parametrize("padding", ["", ',"obfuscation":"Zz9"'])
+def test_a_chunk_that_differs_only_after_the_piece_reads_as_in_full(padding: str) -> None:
+    """`"finish_reason":"ab"` where the learned chunk has `null`: the same length, so the piece
+    sits where it did, but the text after it is not the learned text."""
+    piece = '{"tool_calls":[{"index":0,"function":{"arguments":"b"}}]}'
+    stream = b"".join(
+        [
+            _chat_stream([("start", 0), ("more", 0, "a", "orjson", padding)]),
+            _chat_chunk(piece, finish='"ab"', extra=padding),
+            _chat_chunk(piece, extra=padding.replace("}", "]")),
+            format_event(b"[DONE]"),
+        ]
+    )
+    _same_either_way(stream)
+    _, assembler, _ = _read(stream, shortcuts=True)
+    assert assembler.reply().envelope["choices"][0]["finish_reason"] == "ab"
