@@ -10,18 +10,20 @@ request; what the round adds (the refused call and the sidecar's answer) is not 
 input.
 
 The request is sized in `on_sent`, once it went upstream, while the provider works on it and
-its objects are still in the CPU's caches. The sharing is done after `on_done`, once the agent
-has its answer. The filter only observes, so the agent waits for neither. Ended exchanges are
-attributed in batches, and before every read of the metrics, so a scrape or `/v1/status` never
-misses one (sidecar/telemetry/batched.py).
+its objects are most likely still in the CPU's caches. The sharing is done after `on_done`,
+once the agent has its answer. The filter only observes, so the agent waits for neither. Ended
+exchanges are attributed in batches, and before every read of the metrics, so a scrape or
+`/v1/status` never misses one (sidecar/telemetry/batched.py).
 A batch's tokens are added up per (tool, direction) and counted once per batch: an exchange
 attributes tokens to a dozen pairs or more, and each count is a label lookup, an increment
 held for the next read (sidecar/telemetry/pending.py) and a share of the per-tool totals' lock.
 
 Why the sizing is not in the batch too: there it walked the request long after it was parsed,
-from memory the other exchanges had since evicted from the caches. Whole Anthropic replies at
-c=64, py-spy's share of all samples, two runs each (bench/README.md): sizing 4.5% in the batch
-against 2.8-3.1% in `on_sent`, and the whole filter 9.7-9.8% against 5.5-6.1%.
+most likely from memory the other exchanges had since evicted from the caches (callgrind's
+cache simulation, first and last level only, does not show it: bench/README.md). Whole
+Anthropic replies at c=64, py-spy's share of all samples, two runs each (bench/README.md):
+sizing 4.5% in the batch against 2.8-3.1% in `on_sent`, and the whole filter 9.7-9.8% against
+5.5-6.1%.
 
 Not attributed as input: requests that continue a conversation the provider holds
 (`previous_response_id`, `conversation`): their input tokens cover history the body does not
