@@ -19,14 +19,14 @@ run). Otherwise an item waits at most `BATCH_S`, or until `BATCH_MAX` are waitin
 what one batch holds the loop for (16 exchanges, ~1.6 ms at the 103 us per exchange
 bench_ablation.py measured), the delay the requests in flight then share.
 
-An item is what the filter read of its exchange at `on_done` (a handful of fields, the request's
-sizes, each reply's usage), never the exchange: a batch would otherwise keep up to 16 parsed
-requests and replies alive for up to 50 ms, and free them when its memory had gone cold. At
-c=64, whole Anthropic replies, freeing them in the batch had 4.4-5.1% of py-spy's samples (two
-runs), at the line that runs a full batch; the exchanges are now freed as their requests end
-(the event loop's own share rose 2.4 points). Timed CPU per request did not resolve the
-difference (521 against 520 µs, medians of 8 alternated rounds), and RSS after 100,000 sessions
-went from 138.3 to 137.0 MiB (`bench/bench_sessions.py`, one run each).
+An item is what the filter read of its exchange at `on_done` (a handful of fields, the
+request's sizes, each reply's usage), never the exchange: a batch would otherwise keep up to 16
+parsed requests and replies alive for up to 50 ms, and free them when its memory had most
+likely gone cold. At c=64, whole Anthropic replies, freeing them in the batch had 4.4-5.1% of
+py-spy's samples (two runs), at the line that runs a full batch; the exchanges are now freed as
+their requests end (the event loop's own share rose 2.4 points). Timed CPU per request did not
+resolve the difference (521 against 520 µs, medians of 8 alternated rounds), and RSS after
+100,000 sessions went from 138.3 to 137.0 MiB (`bench/bench_sessions.py`, one run each).
 
 Every batch is settled before the metrics are read (`Metrics.settle_before_read`), so a
 scrape or `/v1/status` never misses an exchange that ended, and when the sidecar closes
