@@ -221,6 +221,28 @@ class Shortcut(NamedTuple):
     # a cycle would leave every stream to the cyclic garbage collector.
     take: Take
 
+    def read(self, data: str) -> str | None:
+        """The string an event's data holds where the learned one held its string, when the
+        data is the same text around JSON strings, each of which reads (orjson) as one string:
+        then the event reads as the learned one with these strings. That holds wherever the
+        text is cut into them; the cut is found from the end, which finds the one a valid event
+        has (the text between the two strings has quotes no string holds unescaped). None for
+        anything else."""
+        prefix, literals = self.prefix, self.literals
+        if not data.startswith(prefix) or not data.endswith(literals[-1]):
+            return None
+        end = len(data) - len(literals[-1])
+        try:
+            if len(literals) == 2:
+                cut = data.rfind(literals[0], len(prefix), end)
+                if cut < 0 or type(orjson.loads(data[cut + len(literals[0]) : end])) is not str:
+                    return None
+                end = cut
+            value = orjson.loads(data[len(prefix) : end])
+        except orjson.JSONDecodeError:
+            return None
+        return value if type(value) is str else None
+
 
 class StreamAssembler(ABC):
     """Assembles a stream into a Reply while deciding what may be forwarded at once.
@@ -329,29 +351,8 @@ class StreamAssembler(ABC):
         it in full."""
         data = event.data
         for shortcut in self._shortcuts:
-            if event.event != shortcut.event or not data.startswith(shortcut.prefix):
-                continue
-            # The same text around JSON strings, each of which reads (orjson) as one string:
-            # then the event reads as the learned one with these strings. That holds wherever
-            # the text is cut into them; the cut is found from the end, which finds the one a
-            # valid event has (the text between the two strings has quotes no string holds
-            # unescaped).
-            literals = shortcut.literals
-            if not data.endswith(literals[-1]):
-                return None
-            end = len(data) - len(literals[-1])
-            try:
-                if len(literals) == 2:
-                    cut = data.rfind(literals[0], len(shortcut.prefix), end)
-                    if cut < 0 or type(orjson.loads(data[cut + len(literals[0]) : end])) is not str:
-                        return None
-                    end = cut
-                value = orjson.loads(data[len(shortcut.prefix) : end])
-            except orjson.JSONDecodeError:
-                return None
-            if type(value) is not str:
-                return None
-            return shortcut.take(self, value)
+            if event.event == shortcut.event and (value := shortcut.read(data)) is not None:
+                return shortcut.take(self, value)
         return None
 
     def _join_growing(self) -> None:

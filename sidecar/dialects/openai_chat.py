@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
@@ -35,7 +35,6 @@ from sidecar.dialects.base import (
     Dialect,
     StreamAssembler,
     TailState,
-    Take,
     as_dict,
     as_index,
     as_list,
@@ -514,18 +513,15 @@ def _text_piece(data: Any) -> Any:
 
 def _take_text(assembler: StreamAssembler, piece: str) -> int | None:
     """A chunk of text alone, as `apply` and `observe_forwarded` read it: the piece joins the
-    text; when the chunk is forwarded (nothing held yet) it counts as text the agent has."""
-    chat = cast(_ChatStream, assembler)  # only `_ChatStream` learns with it
-    if chat.finished:
+    text; when the chunk is forwarded (nothing held yet) it counts as text the agent has.
+    `observe_forwarded` then reads nothing more of it: it emptied `_last` after the last
+    forwarded chunk `apply` read, and a held chunk is never observed (holding never ends)."""
+    if assembler.finished:
         return None  # `apply` refuses any chunk after [DONE]
-    chat.grow(chat.items[0].wire, "text", piece)
-    if not chat.holding:
-        chat.tail.forwarded_text += len(piece)
-    chat._last = {}  # `observe_forwarded` reads nothing of it (empty since the last one it read)
+    assembler.grow(assembler.items[0].wire, "text", piece)
+    if not assembler.holding:
+        assembler.tail.forwarded_text += len(piece)
     return 0
-
-
-_TAKE_TEXT: Take = _take_text
 
 
 class _ChatStream(StreamAssembler):
@@ -690,7 +686,7 @@ class _ChatStream(StreamAssembler):
         ignored = (padding, _padding) if type(padding) is str else None
         content = delta.get("content")
         if type(content) is str:
-            self.learn(event, content, _text_piece, _TAKE_TEXT, ignored)
+            self.learn(event, content, _text_piece, _take_text, ignored)
             return
         fragments = delta.get("tool_calls")
         if type(fragments) is not list or len(fragments) != 1 or type(fragments[0]) is not dict:

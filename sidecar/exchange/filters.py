@@ -14,8 +14,8 @@ Hooks, in the order an exchange meets them (see `sidecar/exchange/runner.py`):
     on_result(ex, record)     a tool result in the request, matched to its call
     on_sent(ex)               the agent's request was written to the provider (model path; not
                               a repair round's): the agent and the provider's answer are both
-                              awaited, and the request is fresh in the CPU's caches, so what
-                              only observes the request (sizing it) belongs here
+                              awaited, and the request is most likely still in the CPU's
+                              caches, so what only observes the request (sizing it) belongs here
     on_upstream(ex, status,s) one upstream request finished (status None: no HTTP answer)
     on_reply(ex, reply)       a model reply was read (the agent's, then one per repair round)
     look_up(check)            gather what this filter knows about a call, before any decides
@@ -150,6 +150,9 @@ class FilterFailed(Exception):
 
 # Reports a filter failure: (filter name, hook, exception, critical). Metrics and /readyz.
 FailureSink = Callable[[str, str, BaseException, bool], None]
+# Work awaited once a request is written, while its answer is awaited: `on_sent` for one
+# exchange (`FilterChain.sent_of`), which the upstream port and its client await.
+WhileAwaited = Callable[[], Awaitable[None]]
 # Runs a step of the chain (a coroutine) and gives its result: `in_own_task` (runner.py).
 InTask = Callable[[Coroutine[Any, Any, None]], Awaitable[None]]
 
@@ -238,7 +241,7 @@ class FilterChain:
             for f in self._by_hook["on_result"]:
                 await self._run(f, "on_result", f.on_result(ex, record))
 
-    def sent_of(self, ex: Exchange) -> Callable[[], Awaitable[None]] | None:
+    def sent_of(self, ex: Exchange) -> WhileAwaited | None:
         """`on_sent` for this exchange, to be awaited once its request is written; None when no
         filter listens."""
         return partial(self.sent, ex) if self._by_hook["on_sent"] else None

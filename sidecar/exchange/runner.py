@@ -32,7 +32,7 @@ from sidecar.config import Settings
 from sidecar.dialects.base import MAX_DEPTH, StreamAssembler, TooDeep, json_object, read_json_object
 from sidecar.dialects.sse import SSEEvent, SSEParser, format_event
 from sidecar.exchange.enforce import Enforcer, RepairFailed, Settlement
-from sidecar.exchange.filters import FilterChain, FilterFailed
+from sidecar.exchange.filters import FilterChain, FilterFailed, WhileAwaited
 from sidecar.exchange.state import End, Exchange, Origin, Outcome
 from sidecar.model import Frame, RefusalReason, Reply
 from sidecar.telemetry.redact import redact_text
@@ -87,7 +87,7 @@ class UpstreamAnswer(Protocol):
 
 class UpstreamPort(Protocol):
     def open(
-        self, ex: Exchange, body: bytes, sent: Callable[[], Awaitable[None]] | None = None
+        self, ex: Exchange, body: bytes, sent: WhileAwaited | None = None
     ) -> AbstractAsyncContextManager[UpstreamAnswer]:
         """POST `body` to the exchange's upstream URL; raises UpstreamError. `sent` is awaited
         once the body is written, before the answer is read."""

@@ -84,8 +84,8 @@ class _Read(NamedTuple):
 @dataclass(slots=True)
 class _Ended:
     """An exchange to attribute in the batch: what `on_done` read of it, not the exchange, so
-    the exchange (its parsed request and replies) is freed when it ends, while its memory is
-    still in the caches, and not in the batch."""
+    the exchange (its parsed request and replies) is freed when it ends, not in the batch
+    (sidecar/telemetry/batched.py)."""
 
     exchange_id: str
     prompt: _Prompt | None

@@ -28,7 +28,7 @@ _REPAIRED: ExchangeKey[set[str]] = ExchangeKey("telemetry.repaired_tools")
 class _Ended:
     """An exchange that ended, until its request line is written (in a batch): what the line
     tells, read at `on_done`. Not the exchange itself, so the exchange (its parsed request and
-    replies) is freed when it ends, while its memory is still in the caches, not in the batch."""
+    replies) is freed when it ends, not in the batch (sidecar/telemetry/batched.py)."""
 
     exchange_id: str
     provider: Provider

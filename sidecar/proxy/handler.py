@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -23,6 +23,7 @@ from yarl import URL
 from sidecar.config import Settings
 from sidecar.dialects.base import MAX_DEPTH, Dialect, TooDeep
 from sidecar.dialects.request_body import request_object
+from sidecar.exchange.filters import WhileAwaited
 from sidecar.exchange.runner import ExchangeRunner, UpstreamAnswer, UpstreamError
 from sidecar.exchange.state import Exchange, Origin
 from sidecar.identity import session_id
@@ -83,7 +84,7 @@ class UpstreamChannel:
         self.upstreams = upstreams
 
     def open(
-        self, ex: Exchange, body: bytes, sent: Callable[[], Awaitable[None]] | None = None
+        self, ex: Exchange, body: bytes, sent: WhileAwaited | None = None
     ) -> AbstractAsyncContextManager[UpstreamAnswer]:
         return self.upstreams.opened(ex.method, ex.url, ex.headers, body, sent)
 

@@ -40,13 +40,14 @@ import socket
 import ssl
 import zlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol, cast
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from sidecar.exchange.filters import WhileAwaited
 from sidecar.exchange.runner import UpstreamCause
 
 KEEPALIVE_S = 15.0  # aiohttp's default keep-alive for idle client connections
@@ -493,10 +494,6 @@ class Response:
 
     async def __aexit__(self, *_exc: object) -> None:
         self.release()
-
-
-# Work done once a request is written, while its answer is awaited (`ClientPool.request`).
-WhileAwaited = Callable[[], Awaitable[None]]
 
 
 class Opened:

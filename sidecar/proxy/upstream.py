@@ -9,9 +9,10 @@ from collections.abc import Mapping
 
 from yarl import URL
 
+from sidecar.exchange.filters import WhileAwaited
 from sidecar.exchange.runner import UpstreamCause, UpstreamError
 from sidecar.model import Provider
-from sidecar.proxy.http_client import ClientPool, Opened, Response, UpstreamFailure, WhileAwaited
+from sidecar.proxy.http_client import ClientPool, Opened, Response, UpstreamFailure
 
 _PHRASES = {
     UpstreamCause.DNS: "could not be resolved",
