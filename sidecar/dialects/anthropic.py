@@ -9,12 +9,16 @@ are observed and decided by the policy; their result blocks pass untouched.
 
 from __future__ import annotations
 
+import re
 import secrets
+from itertools import groupby, repeat
+from operator import attrgetter, eq, itemgetter
 from typing import Any
 
 import orjson
 
 from sidecar.dialects.base import (
+    DeltaRun,
     Dialect,
     StreamAssembler,
     TailState,
@@ -423,6 +427,27 @@ def _reindex(event: Frame, position: int) -> bytes:
     return format_event(orjson.dumps(data), event.event)
 
 
+# The data of an argument piece's event as the API writes it: compact, with the spaces Anthropic
+# pads before the last `}` (PROTOCOLS.md). Matched over the data of a read's events joined by
+# line ends, once per line (the second branch takes any other line, so every line gives one
+# match): groups 1 and 2, the block's index and the piece's JSON string text, or both empty.
+# The text is found by its quotes (the first one no backslash escapes ends it); whether it is
+# valid JSON is left to orjson, which reads the texts when a run is taken (`take_pieces`).
+_JSON_STRING = r'"(?:[^"\\]++|\\.)*+"'
+_ARGUMENT_PIECE = re.compile(
+    r'^\{"type":"content_block_delta","index":(0|[1-9][0-9]*),'
+    r'"delta":\{"type":"input_json_delta","partial_json":(' + _JSON_STRING + r")\} *\}$|^.*+$",
+    re.MULTILINE,
+)
+# Shorter runs are fed event by event: taking one costs about what reading 2-3 events does.
+_MIN_RUN = 4
+_DATA = attrgetter("data")
+_NAME = attrgetter("event")
+_INDEX = itemgetter(0)
+_PIECE = itemgetter(1)
+_DELTA_NAME = "content_block_delta"
+
+
 class _AnthropicStream(StreamAssembler):
     def __init__(self) -> None:
         super().__init__()
@@ -490,6 +515,37 @@ class _AnthropicStream(StreamAssembler):
         elif kind == "message_stop":
             self.finished = True
         return None, False
+
+    def delta_runs(self, events: list[SSEEvent]) -> list[DeltaRun]:
+        """Runs of `input_json_delta` events to one block, written as the API writes them
+        (`_ARGUMENT_PIECE`), under the SSE event name the SDK dispatches them by. Found in C
+        (one regex pass, `groupby`): Python runs per run, not per event."""
+        if len(events) < _MIN_RUN:
+            return []
+        joined = "\n".join(map(_DATA, events))
+        found = _ARGUMENT_PIECE.findall(joined)
+        if len(found) != len(events):  # one match per line: a data of many lines was among them
+            return []
+        runs: list[DeltaRun] = []
+        end = 0
+        for index, group in groupby(found, _INDEX):
+            start, matched = end, list(group)
+            end += len(matched)
+            if index and len(matched) >= _MIN_RUN and all(map(eq, map(_NAME, events[start:end]), repeat(_DELTA_NAME))):
+                runs.append(DeltaRun(start, end, int(index), list(map(_PIECE, matched))))
+        return runs
+
+    def take_pieces(self, position: int, pieces: list[str]) -> bool:
+        """`apply`'s one-step path for a delta (an open block, after message_start and before
+        message_stop), and `_delta`'s for `input_json_delta`, for all the pieces at once."""
+        if not (self._started and not self.finished and position < len(self.items) and position not in self._stopped):
+            return False
+        try:
+            texts = orjson.loads("[" + ",".join(pieces) + "]")
+        except orjson.JSONDecodeError:
+            return False
+        self._partials.setdefault(position, []).extend(texts)
+        return True
 
     def _framing(self, event: SSEEvent, data: dict[str, Any], kind: Any) -> bool:
         """Refuse what an SDK could read otherwise than the sidecar; True when refused."""

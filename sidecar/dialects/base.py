@@ -202,6 +202,17 @@ _SHORTCUTS_KEPT: Final = 4
 _SHORTCUTS_LEARNED: Final = 16
 
 
+class DeltaRun(NamedTuple):
+    """Events `start` to `end` of a read, each the next piece of the same item's string, and
+    nothing else (see `StreamAssembler.delta_runs`): `pieces` are those pieces as the events
+    write them (JSON string texts, quotes included), in order."""
+
+    start: int
+    end: int
+    position: int
+    pieces: list[str]
+
+
 # Applies a delta's string to the assembler given: see `Shortcut.take`.
 Take = Callable[["StreamAssembler", str], int | None]
 
@@ -413,6 +424,52 @@ class StreamAssembler(ABC):
             return False
         self.observe_forwarded(event)
         return True
+
+    def hold(self, events: list[SSEEvent]) -> list[SSEEvent]:
+        """`feed` for each event of a read that arrived while holding, in order, up to a
+        violation; returns the events to forward at once (an upstream error: see `feed`).
+
+        Most of a held stream is the pieces of a call's arguments, one event each. The runs of
+        them the dialect finds (`delta_runs`) are taken in one step each (`take_pieces`): their
+        texts read by one orjson call, without reading each event's JSON and walking it. A run
+        the dialect does not take, in the state the events before it left, is fed event by
+        event like the rest."""
+        forward: list[SSEEvent] = []
+        done = 0
+        for start, end, position, pieces in self.delta_runs(events):
+            if not self._feed_each(events[done:start], forward):
+                return forward
+            run = events[start:end]
+            taken = self.violation is None and self.error is None and self.take_pieces(position, pieces)
+            if taken:
+                self.items[position].raw_events.extend(run)
+                self.held.extend(run)
+            elif not self._feed_each(run, forward):
+                return forward
+            done = end
+        self._feed_each(events[done:], forward)
+        return forward
+
+    def _feed_each(self, events: list[SSEEvent], forward: list[SSEEvent]) -> bool:
+        """`feed` each event, the ones to forward added to `forward`; False at a violation."""
+        for event in events:
+            if self.feed(event):
+                forward.append(event)
+            elif self.violation is not None:
+                return False
+        return True
+
+    def delta_runs(self, events: list[SSEEvent]) -> list[DeltaRun]:
+        """The runs of events (in order, apart) that `take_pieces` may take in one step: each
+        event's only effect, read by `apply`, would be to append its piece to the same item's
+        string. None by default: every event is fed."""
+        return []
+
+    def take_pieces(self, position: int, pieces: list[str]) -> bool:
+        """Apply a run's pieces (JSON string texts) to the item at `position`, as `apply` would
+        apply its events one by one, and say so; False, with nothing changed, when `apply`
+        might do anything else with them in the current state (or a text does not read)."""
+        return False
 
     def reply(self) -> Reply:
         self._join_growing()

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import chain
+from operator import attrgetter
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -227,6 +227,7 @@ async def read_bounded(answer: UpstreamAnswer, limit: int) -> bytes:
 # A stream's read is parsed from a slice of about this many bytes first (`SSEParser.batches`):
 # the providers' first events (a message's start, its first text deltas) fit in it.
 FIRST_SLICE_BYTES = 2048
+_RAW = attrgetter("raw")
 
 
 @dataclass(slots=True)
@@ -415,28 +416,42 @@ class ExchangeRunner:
                 # the events before the call go out once it is found, not once the whole
                 # read, held calls included, is parsed.
                 if not chunk:
-                    events: Iterable[SSEEvent] = parser.flush()
+                    batches: Iterable[list[SSEEvent]] = (parser.flush(),)
                 elif assembler.holding:
-                    events = parser.feed(chunk)
+                    batches = (parser.feed(chunk),)
                 else:  # taken slice by slice, as the loop below asks for them
-                    events = chain.from_iterable(parser.batches(chunk, FIRST_SLICE_BYTES))
+                    batches = parser.batches(chunk, FIRST_SLICE_BYTES)
                 # What arrived in one read goes out in one write: no event waits for another,
                 # nor for the events held after it (they are read before the checks run, but
                 # the agent need not wait for that: the write goes when holding starts).
-                ready = []
-                for event in events:
-                    if not ascii_so_far and not _utf8(event.raw):
-                        assembler.refuse("bytes that are not valid UTF-8")
-                    if assembler.feed(event):
-                        if not resumed or not _already_sent(ex, event):
-                            ready.append(event.raw)
-                    elif assembler.violation is not None:
+                ready: list[bytes] = []
+                for batch in batches:
+                    held = batch if assembler.holding and ascii_so_far else []
+                    if not held:
+                        for at, event in enumerate(batch):
+                            if not ascii_so_far and not _utf8(event.raw):
+                                assembler.refuse("bytes that are not valid UTF-8")
+                            if assembler.feed(event):
+                                if not resumed or not _already_sent(ex, event):
+                                    ready.append(event.raw)
+                            elif assembler.violation is not None:
+                                break
+                            else:
+                                held_bytes += len(event.raw)
+                                if ready:
+                                    await agent.write(b"".join(ready))
+                                    ready, head_waits = [], False
+                                if ascii_so_far:  # the rest is held: taken at once below
+                                    held = batch[at + 1 :]
+                                    break
+                    if held and assembler.violation is None:
+                        # From here on every event is held, or dropped after an upstream error
+                        # (which is forwarded): the assembler takes them at once (`hold`).
+                        forward = assembler.hold(held)
+                        held_bytes += sum(map(len, map(_RAW, held))) - sum(map(len, map(_RAW, forward)))
+                        ready += [event.raw for event in forward if not resumed or not _already_sent(ex, event)]
+                    if assembler.violation is not None:
                         break
-                    else:
-                        held_bytes += len(event.raw)
-                        if ready:
-                            await agent.write(b"".join(ready))
-                            ready, head_waits = [], False
                 if ready:
                     await agent.write(b"".join(ready))
                 elif head_waits:
