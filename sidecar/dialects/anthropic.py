@@ -537,7 +537,9 @@ class _AnthropicStream(StreamAssembler):
 
     def take_pieces(self, position: int, pieces: list[str]) -> bool:
         """`apply`'s one-step path for a delta (an open block, after message_start and before
-        message_stop), and `_delta`'s for `input_json_delta`, for all the pieces at once."""
+        message_stop), and `_delta`'s for `input_json_delta`, for all the pieces at once. Each
+        piece is one JSON string token (`_ARGUMENT_PIECE`), so the array reads as one string
+        per piece, or not at all (an escape JSON does not have, a control character)."""
         if not (self._started and not self.finished and position < len(self.items) and position not in self._stopped):
             return False
         try:

@@ -462,7 +462,7 @@ class StreamAssembler(ABC):
     def delta_runs(self, events: list[SSEEvent]) -> list[DeltaRun]:
         """The runs of events (in order, apart) that `take_pieces` may take in one step: each
         event's only effect, read by `apply`, would be to append its piece to the same item's
-        string. None by default: every event is fed."""
+        string. No runs by default: every event is fed."""
         return []
 
     def take_pieces(self, position: int, pieces: list[str]) -> bool:
