@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from sidecar.dialects import OPENAI_CHAT
 from sidecar.dialects.base import StreamAssembler
-from sidecar.dialects.sse import SSEEvent, format_event, parse_sse
+from sidecar.dialects.sse import format_event, parse_sse
+from tests.helpers.assembling import count_applied, outcome
 
 EXAMPLES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -50,43 +51,16 @@ def _read(stream: bytes, shortcuts: bool) -> tuple[list[bool], StreamAssembler, 
     assembler = OPENAI_CHAT.assembler()
     if not shortcuts:
         assembler._learned = 10**9  # nothing is learned: every event is read in full
-    applied = 0
-    apply = assembler.apply
-
-    def counted(event: SSEEvent) -> tuple[int | None, bool]:
-        nonlocal applied
-        applied += 1
-        return apply(event)
-
-    assembler.apply = counted  # type: ignore[method-assign]
+    applied = count_applied(assembler)
     answers = [assembler.feed(event) for event in parse_sse(stream)]
-    return answers, assembler, applied
-
-
-def _outcome(answers: list[bool], assembler: StreamAssembler) -> Any:
-    reply = assembler.reply()
-    calls = [
-        (c.name, c.id, c.arguments, c.raw_arguments, c.parse_error, c.truncated) for c in reply.calls if c is not None
-    ]
-    return (
-        answers,
-        assembler.violation,
-        assembler.tail,  # what the agent was sent of the text (forwarded_text, role_sent)
-        assembler.error is not None,
-        assembler.cut,
-        [event.raw for event in assembler.held],
-        [(item.kind, item.wire) for item in reply.items],
-        calls,
-        reply.envelope,
-        reply.complete,
-    )
+    return answers, assembler, applied[0]
 
 
 def _same_either_way(stream: bytes) -> int:
     """The outcome with shortcuts is the outcome without; returns how many events they saved."""
     with_answers, with_shortcuts, applied = _read(stream, shortcuts=True)
     plain_answers, plain, all_applied = _read(stream, shortcuts=False)
-    assert _outcome(with_answers, with_shortcuts) == _outcome(plain_answers, plain)
+    assert outcome(with_answers, with_shortcuts) == outcome(plain_answers, plain)
     return all_applied - applied
 
 

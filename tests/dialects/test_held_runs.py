@@ -11,6 +11,7 @@ piece means something else (a block's stop, message_stop, an error)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -22,58 +23,46 @@ from hypothesis import strategies as st
 from sidecar.dialects import ANTHROPIC
 from sidecar.dialects.base import StreamAssembler
 from sidecar.dialects.sse import SSEEvent, format_event, parse_sse
+from tests.helpers.assembling import count_applied, outcome
 
 EXAMPLES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WIRE = Path(__file__).parent.parent / "fixtures" / "wire"
 
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
 
-# How an argument piece's event is written. The first two are the API's own (compact; padded
-# before the last brace); the others are read the same by a JSON reader, or not at all.
-WRITINGS = [
-    "compact",
-    "padded",
-    "ascii escapes",
-    "spaced",
-    "slash",
-    "second key",
-    "index 01",
-    "index true",
-    "lone surrogate",
-    "bad escape",
-    "number",
-    "two lines",
-    "other name",
-    "text delta",
-]
+
+def _head(index: int | str) -> str:
+    """An argument piece's data up to the piece."""
+    return f'{{"type":"content_block_delta","index":{index},"delta":{{"type":"input_json_delta","partial_json":'
+
+
+# How an argument piece's event is written, as (index, token, text) -> data, where the token
+# is the text as orjson writes it. The first two are the API's own (compact; padded before the
+# last brace); the others are read the same by a JSON reader, or not at all. "two lines" and
+# "other name" are framed so by `_piece`.
+WRITTEN: dict[str, Callable[[int, str, str], str]] = {
+    "compact": lambda i, token, text: f"{_head(i)}{token}}}}}",
+    "padded": lambda i, token, text: f"{_head(i)}{token}}}      }}",
+    "ascii escapes": lambda i, token, text: f"{_head(i)}{json.dumps(text)}}}}}",
+    "spaced": lambda i, token, text: f"{_head(i)} {token} }}}}",
+    "slash": lambda i, token, text: f"{_head(i)}{token.replace('/', chr(92) + '/')}}}}}",
+    "second key": lambda i, token, text: f'{_head(i)}{token},"partial_json":"again"}}}}',  # the last counts
+    "index 01": lambda i, token, text: f"{_head(f'0{i}')}{token}}}}}",
+    "index true": lambda i, token, text: f"{_head('true')}{token}}}}}",
+    "lone surrogate": lambda i, token, text: f'{_head(i)}"\\ud800{text}"}}}}',
+    "bad escape": lambda i, token, text: f'{_head(i)}"\\q"}}}}',
+    "number": lambda i, token, text: f"{_head(i)}5}}}}",
+    "two lines": lambda i, token, text: f"{_head(i)}{token}}}}}",
+    "other name": lambda i, token, text: f"{_head(i)}{token}}}}}",
+    "text delta": lambda i, token, text: (
+        f'{{"type":"content_block_delta","index":{i},"delta":{{"type":"text_delta","text":{token}}}}}'
+    ),
+}
+WRITINGS = list(WRITTEN)
 
 
 def _piece_data(index: int, text: str, writing: str) -> str:
-    token = orjson.dumps(text).decode()
-    head = f'{{"type":"content_block_delta","index":{index},"delta":{{"type":"input_json_delta","partial_json":'
-    if writing == "padded":
-        return f"{head}{token}}}      }}"
-    if writing == "ascii escapes":
-        return f"{head}{json.dumps(text)}}}}}"
-    if writing == "spaced":
-        return f"{head} {token} }}}}"
-    if writing == "slash":
-        return f"{head}{token.replace('/', chr(92) + '/')}}}}}"
-    if writing == "second key":  # JSON readers keep the last value
-        return f'{head}{token},"partial_json":"again"}}}}'
-    if writing == "index 01":
-        return head.replace(f'"index":{index}', f'"index":0{index}') + f"{token}}}}}"
-    if writing == "index true":
-        return head.replace(f'"index":{index}', '"index":true') + f"{token}}}}}"
-    if writing == "lone surrogate":
-        return f'{head}"\\ud800{text}"}}}}'
-    if writing == "bad escape":
-        return f'{head}"\\q"}}}}'
-    if writing == "number":
-        return f"{head}5}}}}"
-    if writing == "text delta":
-        return f'{{"type":"content_block_delta","index":{index},"delta":{{"type":"text_delta","text":{token}}}}}'
-    return f"{head}{token}}}}}"
+    return WRITTEN[writing](index, orjson.dumps(text).decode(), text)
 
 
 def _piece(index: int, text: str, writing: str) -> bytes:
@@ -149,23 +138,10 @@ def _stream(steps: list[tuple[Any, ...]]) -> bytes:
     return b"".join(events)
 
 
-def _counting(assembler: StreamAssembler) -> list[int]:
-    """Counts the events `apply` reads, in the list returned."""
-    applied = [0]
-    apply = assembler.apply
-
-    def counted(event: SSEEvent) -> tuple[int | None, bool]:
-        applied[0] += 1
-        return apply(event)
-
-    assembler.apply = counted  # type: ignore[method-assign]
-    return applied
-
-
 def _fed(events: list[SSEEvent]) -> tuple[list[bytes], StreamAssembler, int]:
     """Every event fed; the events forwarded, the assembler, and how many events `apply` read."""
     assembler = ANTHROPIC.assembler()
-    applied = _counting(assembler)
+    applied = count_applied(assembler)
     forwarded = []
     for event in events:
         if assembler.feed(event):
@@ -179,7 +155,7 @@ def _held(events: list[SSEEvent], cuts: list[int]) -> tuple[list[bytes], StreamA
     """Fed until holding starts, then taken by `hold` in reads cut at `cuts`, as the relay does;
     the events forwarded, the assembler, and how many events `apply` read."""
     assembler = ANTHROPIC.assembler()
-    applied = _counting(assembler)
+    applied = count_applied(assembler)
     forwarded = []
     at = 0
     while at < len(events) and not assembler.holding and assembler.violation is None:
@@ -194,32 +170,12 @@ def _held(events: list[SSEEvent], cuts: list[int]) -> tuple[list[bytes], StreamA
     return forwarded, assembler, applied[0]
 
 
-def _outcome(forwarded: list[bytes], assembler: StreamAssembler) -> Any:
-    reply = assembler.reply()
-    calls = [
-        (c.name, c.id, c.arguments, c.raw_arguments, c.parse_error, c.truncated) for c in reply.calls if c is not None
-    ]
-    return (
-        forwarded,
-        assembler.violation,
-        assembler.error is not None,
-        assembler.cut,
-        assembler.read_by_orjson,
-        [event.raw for event in assembler.held],
-        [[event.raw for event in item.raw_events] for item in reply.items],
-        [(item.kind, item.wire) for item in reply.items],
-        calls,
-        reply.envelope,
-        reply.complete,
-    )
-
-
 def _same_either_way(stream: bytes, cuts: list[int]) -> int:
     """The outcome taken in runs is the outcome fed event by event; returns the events saved."""
     events = parse_sse(stream)
     forwarded, assembler, applied = _held(events, cuts)
     plain_forwarded, plain, plain_applied = _fed(events)
-    assert _outcome(forwarded, assembler) == _outcome(plain_forwarded, plain)
+    assert outcome(forwarded, assembler) == outcome(plain_forwarded, plain)
     return plain_applied - applied
 
 
